@@ -1,0 +1,50 @@
+"""Frozen configuration dataclasses, built once and validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swiftspec.errors import UserError
+
+
+class ConfigError(UserError, ValueError):
+    """A user-facing configuration problem (reported as a one-line error)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeConfig:
+    """Shape of the speculative tree (paper defaults: w = bs = 8)."""
+
+    width: int = 8  # w: leaves expanded per draft forward
+    verify_size: int = 8  # bs: nodes sent to the target per round
+    depth: int = 0  # d: draft expansions per round (0 = choose by profiling)
+    topk: int = 8  # children proposed per expanded leaf
+    budget: int = 128  # most nodes a tree may hold
+    chain_length: int = 4  # k: draft tokens per round in chain mode
+
+    def __post_init__(self) -> None:
+        for name in ("width", "verify_size", "topk", "budget", "chain_length"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.depth < 0:
+            raise ConfigError(f"tree depth must be >= 0, got {self.depth}")
+        if self.budget < self.verify_size + self.width * self.topk:
+            raise ConfigError("tree budget must hold at least verify_size + width * topk nodes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadConfig:
+    """How a model is placed in memory."""
+
+    device: str = "cpu"
+    dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
+    max_seq_len: int = 4096
+    weights: str = "bf16"  # weight format of the linear layers: "bf16" | "int8" | "int4"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("bfloat16", "float32", "float16"):
+            raise ConfigError(f"unsupported dtype {self.dtype!r}")
+        if self.weights not in ("bf16", "int8", "int4"):
+            raise ConfigError(f"unsupported weight format {self.weights!r}")
+        if self.max_seq_len < 16:
+            raise ConfigError(f"max_seq_len must be >= 16, got {self.max_seq_len}")

@@ -1,0 +1,90 @@
+"""Architecture hyper-parameters of the Llama/Qwen2 family, read from HF config.json or GGUF metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from swiftspec.config import ConfigError
+
+SUPPORTED_ARCHS = ("llama", "qwen2")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RopeScaling:
+    """Llama-3 style frequency scaling ("llama3"); factor 1.0 means none."""
+
+    kind: str = "none"  # "none" | "llama3" | "linear"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelArgs:
+    """Everything the decoder needs to know about one checkpoint's shape."""
+
+    arch: str  # "llama" | "qwen2"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    qkv_bias: bool = False
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.arch not in SUPPORTED_ARCHS:
+            raise ConfigError(f"unsupported architecture {self.arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError("num_heads must be a multiple of num_kv_heads")
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any]) -> "ModelArgs":
+        """Build from a transformers config.json dictionary."""
+        model_type = cfg.get("model_type", "")
+        arch = {"llama": "llama", "qwen2": "qwen2", "mistral": "llama"}.get(model_type)
+        if arch is None:
+            raise ConfigError(f"unsupported architecture {model_type!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+        heads = cfg["num_attention_heads"]
+        hidden = cfg["hidden_size"]
+        return cls(
+            arch=arch,
+            vocab_size=cfg["vocab_size"],
+            hidden_size=hidden,
+            intermediate_size=cfg["intermediate_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or hidden // heads,
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=cfg.get("rope_theta", 10000.0),
+            rope_scaling=_rope_scaling(cfg.get("rope_scaling")),
+            qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+        )
+
+
+def _rope_scaling(raw: dict[str, Any] | None) -> RopeScaling:
+    if not raw:
+        return RopeScaling()
+    kind = raw.get("rope_type") or raw.get("type") or "none"
+    if kind == "default":
+        return RopeScaling()
+    if kind not in ("llama3", "linear"):
+        raise ConfigError(f"unsupported rope scaling {kind!r}")
+    return RopeScaling(
+        kind=kind,
+        factor=float(raw.get("factor", 1.0)),
+        low_freq_factor=float(raw.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(raw.get("high_freq_factor", 4.0)),
+        original_max_position=int(raw.get("original_max_position_embeddings", 8192)),
+    )
