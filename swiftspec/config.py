@@ -48,3 +48,29 @@ class LoadConfig:
             raise ConfigError(f"unsupported weight format {self.weights!r}")
         if self.max_seq_len < 16:
             raise ConfigError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
+
+
+MODES = ("ar", "chain", "tree", "async")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """One engine: which models, how they are loaded, and how speculation is shaped."""
+
+    mode: str = "ar"
+    target: str = "qwen2.5-coder-1.5b-instruct"  # bundled name, .gguf path or HF dir
+    draft: str = "qwen2.5-coder-0.5b-instruct"  # unused by mode "ar"
+    target_load: LoadConfig = LoadConfig()
+    draft_load: LoadConfig = LoadConfig()
+    tree: TreeConfig = TreeConfig()
+    draft_vocab: int = 0  # pruned draft LM head size (0 = full vocabulary)
+    target_tp: int = 1
+    draft_tp: int = 1
+    draft_cores: int = 0  # async on CPU: threads of the draft group (0 = half the cores)
+    trace: str = ""  # async: write the per-round timeline here as JSON
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES)})")
+        if self.target_tp < 1 or self.draft_tp < 1:
+            raise ConfigError("tensor-parallel sizes must be >= 1")

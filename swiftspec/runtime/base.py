@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from swiftspec.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from swiftspec.tokenizer import Tokenizer
 
 
 @dataclass(slots=True)
@@ -35,6 +38,8 @@ class Engine(Protocol):
     """Decodes one stream at a time. `generate` yields the tokens of each round as they are final."""
 
     stats: GenerationStats
+    tokenizer: "Tokenizer"  # swiftspec.tokenizer.Tokenizer of the target
+    max_seq_len: int  # prompt + new tokens must fit in this
 
     def generate(
         self,
