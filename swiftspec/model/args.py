@@ -37,6 +37,7 @@ class ModelArgs:
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)
     qkv_bias: bool = False
+    o_bias: bool = False  # Llama's attention_bias also puts a bias on o_proj; Qwen2's does not
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 4096
 
@@ -55,6 +56,8 @@ class ModelArgs:
             raise ConfigError(f"unsupported architecture {model_type!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
         heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
+        # transformers >= 5 writes theta and scaling together under "rope_parameters"
+        rope = cfg.get("rope_parameters") or {}
         return cls(
             arch=arch,
             vocab_size=cfg["vocab_size"],
@@ -65,9 +68,10 @@ class ModelArgs:
             num_kv_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=cfg.get("head_dim") or hidden // heads,
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=cfg.get("rope_theta", 10000.0),
-            rope_scaling=_rope_scaling(cfg.get("rope_scaling")),
+            rope_theta=float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0),
+            rope_scaling=_rope_scaling(cfg.get("rope_scaling") or rope),
             qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+            o_bias=arch == "llama" and bool(cfg.get("attention_bias", False)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             max_position_embeddings=cfg.get("max_position_embeddings", 4096),
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
+from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -55,3 +57,47 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release worker processes and memory."""
         ...
+
+
+class RequestState:
+    """Tracks one request: clips each round's tokens at EOS and the token budget, and times it."""
+
+    def __init__(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        max_seq_len: int,
+        eos_ids: frozenset[int],
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        if not prompt:
+            raise UserError("the prompt is empty")
+        if len(prompt) >= max_seq_len:
+            raise UserError(f"the prompt has {len(prompt)} tokens; the context holds {max_seq_len}")
+        if max_new_tokens < 1:
+            raise UserError(f"max tokens must be >= 1, got {max_new_tokens}")
+        self.remaining = min(max_new_tokens, max_seq_len - len(prompt))
+        self.eos_ids = eos_ids
+        self.should_stop = should_stop
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.done = False
+        self._start = time.perf_counter()
+
+    def emit(self, tokens: list[int]) -> list[int]:
+        """The tokens of one round that reach the user; sets `done` at EOS, budget or cancellation."""
+        out = []
+        for t in tokens[: self.remaining]:
+            if t in self.eos_ids:
+                self.done = True
+                break
+            out.append(t)
+        self.remaining -= len(out)
+        stats = self.stats
+        now = time.perf_counter() - self._start
+        if stats.new_tokens == 0:
+            stats.ttft_s = now
+        stats.new_tokens += len(out)
+        stats.total_s = now
+        if self.remaining <= 0 or (self.should_stop is not None and self.should_stop()):
+            self.done = True
+        return out

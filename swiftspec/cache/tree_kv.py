@@ -1,0 +1,73 @@
+"""Slot bookkeeping for the tree-aware KV cache: a contiguous prefix region, then a tree region.
+
+Layout of one KVCache (slots along the sequence axis):
+
+    [0, prefix_len)                       KV of verified tokens, in order
+    [prefix_len, prefix_len + tree_len)   KV of live tree nodes (any order; node_slot says where)
+
+Commit moves the KV of newly verified nodes into the next prefix slots; compaction moves the
+surviving subtree's KV up to sit right after the new prefix. Nothing still valid is recomputed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swiftspec.cache.kv_cache import KVCache
+
+
+class TreeKV:
+    """Which cache slot holds the KV of each verified token and each tree node."""
+
+    def __init__(self, cache: KVCache, max_nodes: int) -> None:
+        self.cache = cache
+        self.max_nodes = max_nodes
+        self.prefix_len = 0
+        self.tree_len = 0
+        # node_slot[i]: absolute slot of tree node i's KV, -1 when the node has none yet.
+        self.node_slot = torch.full((max_nodes,), -1, dtype=torch.long, device=cache.k.device)  # [max_nodes]
+
+    @property
+    def kv_len(self) -> int:
+        """Slots in use: every attention reads cache slots [0, kv_len)."""
+        return self.prefix_len + self.tree_len
+
+    def reset(self, prefix_len: int = 0) -> None:
+        """Forget the tree (and keep prefix_len verified tokens)."""
+        self.prefix_len = prefix_len
+        self.tree_len = 0
+        self.node_slot.fill_(-1)
+
+    def append_prefix(self, n: int) -> torch.Tensor:
+        """Slots for n verified tokens appended to the prefix; the tree region must be empty."""
+        if self.tree_len:
+            raise RuntimeError("append_prefix needs an empty tree region")
+        slots = torch.arange(self.prefix_len, self.prefix_len + n, device=self.node_slot.device)  # [n]
+        self.prefix_len += n
+        return slots
+
+    def alloc(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Give tree nodes [n] the next free tree slots; returns those slots [n]."""
+        n = nodes.numel()
+        if self.kv_len + n > self.cache.max_len:
+            raise RuntimeError("KV cache is full")
+        slots = torch.arange(self.kv_len, self.kv_len + n, device=self.node_slot.device)  # [n]
+        self.node_slot[nodes] = slots
+        self.tree_len += n
+        return slots
+
+    def commit(self, path: torch.Tensor, survivors_old: torch.Tensor, survivors_new: torch.Tensor) -> None:
+        """Make path nodes [m] verified prefix (in order) and keep survivors [e] as the new tree.
+
+        path: old node indices whose KV becomes the next m prefix slots (all must have KV).
+        survivors_old / survivors_new: old and new node indices of surviving nodes that have KV.
+        Everything else in the tree region is dropped.
+        """
+        m, e = path.numel(), survivors_old.numel()
+        src = torch.cat([self.node_slot[path], self.node_slot[survivors_old]])  # [m + e]
+        dst = torch.arange(self.prefix_len, self.prefix_len + m + e, device=src.device)  # [m + e]
+        self.cache.move(src, dst)  # gather-then-scatter: overlapping and identity moves are safe
+        self.node_slot.fill_(-1)
+        self.node_slot[survivors_new] = dst[m:]
+        self.prefix_len += m
+        self.tree_len = e

@@ -1,0 +1,109 @@
+"""TreeDrafter: parallel tree growth (w leaves per forward) over an evolving tree-aware KV cache.
+
+The tree's root is the last verified token. A node is *expanded* once the draft has run a forward
+on it: its KV then sits in the cache's tree region and its children are in the tree. After each
+verification the drafter re-roots at the last verified token, commits the accepted path's KV to the
+prefix and compacts the surviving subtree; only a verified token that was never expanded (at most
+one per round, the *pending* token) is recomputed, folded into the next forward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swiftspec.config import TreeConfig
+from swiftspec.runtime.runner import ModelRunner, causal_mask
+from swiftspec.sampling import SamplingParams, draft_logprobs
+from swiftspec.tree import TokenTree, depths, draft_mask, grow, new_tree, reroot, select_leaves, select_subtree, topk_children
+from swiftspec.tree import Subtree
+
+
+class TreeDrafter:
+    """Owns the draft model's cache and the live token tree."""
+
+    def __init__(self, model: torch.nn.Module, cfg: TreeConfig, max_seq_len: int) -> None:
+        self.cfg = cfg
+        self.runner = ModelRunner(model, max_seq_len + cfg.budget + 8, max_nodes=cfg.budget)
+        self.tree: TokenTree = new_tree(0)
+        self.pending: list[int] = []  # verified tokens whose draft KV is missing
+        self.params = SamplingParams()
+        self.vocab_map: torch.Tensor | None = None  # pruned head: draft row -> token id
+
+    def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
+        """Begin a request: prefill the prompt and plant a tree at the first generated token."""
+        self.runner.kv.reset()
+        self.runner.prefill(prompt)
+        self.tree = new_tree(root)
+        self.pending = []
+        self.params = params
+
+    def draft(self, expansions: int) -> None:
+        """Grow the tree by `expansions` forwards of the w best unexpanded leaves."""
+        for _ in range(expansions):
+            self.expand()
+
+    def expand(self) -> None:
+        """One draft forward over the w best unexpanded leaves; adds their top-k children."""
+        leaves = select_leaves(self.tree, self.cfg.width)  # [n <= w]
+        if leaves.numel() == 0 or self.runner.kv.kv_len + leaves.numel() + len(self.pending) > self.runner.cache.max_len:
+            return
+        kv = self.runner.kv
+        pend = self._pending_inputs()
+        slots = kv.alloc(leaves)  # [n]
+        width = kv.kv_len
+        mask = draft_mask(self.tree, leaves, kv.node_slot, kv.prefix_len, width)  # [n, width]
+        positions = kv.prefix_len + depths(self.tree)[leaves]  # [n]
+        tokens = self.tree.tokens[leaves]
+        rows = None
+        if pend is not None:
+            tokens = torch.cat([pend.tokens, tokens])
+            positions = torch.cat([pend.slots, positions])
+            slots = torch.cat([pend.slots, slots])
+            mask = torch.cat([torch.nn.functional.pad(pend.mask, (0, width - pend.mask.shape[1])), mask])
+            rows = torch.arange(pend.tokens.numel(), tokens.numel(), device=tokens.device)
+        logits = self.runner.forward(tokens, positions, slots, mask, rows=rows)  # [n, V']
+        logprobs = draft_logprobs(logits, self.params)  # [n, V']
+        child_tokens, child_logprobs = topk_children(logprobs, self.cfg.topk)  # [n, k]
+        if self.vocab_map is not None:
+            child_tokens = self.vocab_map[child_tokens]
+        self.tree = grow(self.tree, leaves, child_tokens, child_logprobs, self.cfg.budget)
+
+    def _pending_inputs(self) -> "_Pending | None":
+        """Verified tokens without KV go into the prefix ahead of this forward's leaves."""
+        if not self.pending:
+            return None
+        device = self.runner.device
+        start = self.runner.kv.prefix_len
+        slots = self.runner.kv.append_prefix(len(self.pending))  # [p]
+        tokens = torch.tensor(self.pending, dtype=torch.long, device=device)  # [p]
+        self.pending = []
+        return _Pending(tokens, slots, causal_mask(start, tokens.numel(), device))
+
+    def subtree(self, size: int) -> Subtree:
+        """The best `size`-node subtree at the root, for the target to verify."""
+        return select_subtree(self.tree, size)
+
+    def advance(self, emitted: list[int]) -> None:
+        """Re-root at the last emitted token: commit the accepted path, compact the survivors."""
+        tree = self.tree
+        step = reroot(tree, emitted)
+        path = step.path  # [m] old root .. last matched node before the new root
+        has_kv = tree.expanded[path]
+        walked = path.numel() - 1  # emitted tokens matched before the new root
+        self.pending += tree.tokens[path[~has_kv]].tolist() + list(emitted[walked:-1])
+        if step.tree is None:
+            survivors_old = torch.empty(0, dtype=torch.long, device=path.device)
+            self.tree = new_tree(emitted[-1])
+        else:
+            survivors_old = torch.nonzero((step.index_map >= 0) & tree.expanded).flatten()
+            self.tree = step.tree
+        self.runner.kv.commit(path[has_kv], survivors_old, step.index_map[survivors_old])
+
+
+class _Pending:
+    """Inputs for verified tokens whose draft KV must be computed before the next leaves."""
+
+    def __init__(self, tokens: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor) -> None:
+        self.tokens = tokens  # [p]
+        self.slots = slots  # [p]; also their positions (prefix slot == position)
+        self.mask = mask  # [p, prefix_len]

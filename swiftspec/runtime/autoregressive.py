@@ -1,0 +1,47 @@
+"""Plain autoregressive decoding with the target alone: the reference every other mode must equal."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+
+from swiftspec.runtime.base import GenerationStats, RequestState
+from swiftspec.runtime.runner import ModelRunner
+from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+
+
+class AutoregressiveEngine:
+    """One target forward per token."""
+
+    def __init__(self, target, max_seq_len: int) -> None:  # target: swiftspec.weights.LoadedModel
+        self.runner = ModelRunner(target.model, max_seq_len, max_nodes=1)
+        self.tokenizer = target.tokenizer
+        self.max_seq_len = max_seq_len
+        self.stats = GenerationStats()
+
+    def generate(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        max_new_tokens: int,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[list[int]]:
+        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
+        self.stats = req.stats
+        self.runner.kv.reset()
+        rng = make_generator(params.seed, self.runner.device)
+        logits = self.runner.prefill(prompt)  # [1, V]
+        while True:
+            token = pick_tokens(logits, params, rng)  # [1]
+            out = req.emit(token.tolist())  # the one host sync per step
+            req.stats.rounds += 1
+            req.stats.accept_lengths.append(1)
+            if out:
+                yield out
+            if req.done:
+                return
+            logits = self.runner.prefill(out)
+
+    def close(self) -> None:
+        self.runner = None

@@ -1,0 +1,50 @@
+"""A loaded model with its static KV cache: one forward call over explicit tokens, slots and mask."""
+
+from __future__ import annotations
+
+import torch
+
+from swiftspec.cache.kv_cache import KVCache
+from swiftspec.cache.tree_kv import TreeKV
+
+
+def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
+    """[n, start + n] bool: token i (at slot start + i) sees every slot <= start + i."""
+    cols = torch.arange(start + n, device=device)
+    rows = torch.arange(start, start + n, device=device)
+    return cols[None, :] <= rows[:, None]
+
+
+class ModelRunner:
+    """Owns a model and its KV cache; every attention reads slots [0, mask.shape[1])."""
+
+    def __init__(self, model: torch.nn.Module, max_len: int, max_nodes: int) -> None:
+        args = model.args
+        param = next(model.parameters())
+        self.model = model
+        self.device = param.device
+        self.cache = KVCache(args.num_layers, max_len, args.num_kv_heads, args.head_dim, param.dtype, param.device)
+        self.kv = TreeKV(self.cache, max_nodes)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        slots: torch.Tensor,  # [T] int64, cache slots receiving the new KV
+        mask: torch.Tensor,  # [T, S] bool, True = may attend to slot
+        rows: torch.Tensor | None = None,  # [R] rows whose logits are wanted (default: all)
+    ) -> torch.Tensor:
+        """Logits [R, V] float32."""
+        hidden = self.model(tokens, positions, self.cache, slots, mask)  # [T, H]
+        if rows is not None:
+            hidden = hidden[rows]
+        return self.model.logits(hidden)
+
+    def prefill(self, tokens: list[int]) -> torch.Tensor:
+        """Append verified tokens to the prefix (tree must be empty); logits of the last one [1, V]."""
+        start = self.kv.prefix_len
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # [T]
+        slots = self.kv.append_prefix(len(tokens))
+        mask = causal_mask(start, len(tokens), self.device)
+        return self.forward(ids, slots, slots, mask, rows=torch.tensor([len(tokens) - 1], device=self.device))

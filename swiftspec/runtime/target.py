@@ -1,0 +1,47 @@
+"""The target side: prefill, one forward over a draft subtree with its tree mask, verify, commit."""
+
+from __future__ import annotations
+
+import torch
+
+from swiftspec.runtime.runner import ModelRunner
+from swiftspec.sampling import SamplingParams
+from swiftspec.verify import Acceptance, verify_greedy, verify_stochastic
+
+
+class TreeVerifier:
+    """Owns the target model's cache. Its tree region only ever holds the subtree being verified."""
+
+    def __init__(self, model: torch.nn.Module, max_seq_len: int, verify_size: int) -> None:
+        self.runner = ModelRunner(model, max_seq_len + verify_size + 1, max_nodes=verify_size)
+
+    def prefill(self, prompt: list[int]) -> torch.Tensor:
+        """Compute the prompt's KV; logits after its last token [1, V]."""
+        self.runner.kv.reset()
+        return self.runner.prefill(prompt)
+
+    def forward_tree(self, tokens: torch.Tensor, depths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Target logits [n, V] for subtree nodes tokens [n] (root first) with ancestor mask [n, n].
+
+        The root is the last verified token: its KV is computed here, never before.
+        """
+        kv = self.runner.kv
+        n = tokens.numel()
+        slots = kv.alloc(torch.arange(n, device=tokens.device))  # [n]
+        seen = torch.ones(n, kv.prefix_len, dtype=torch.bool, device=tokens.device)  # the prefix
+        full_mask = torch.cat([seen, mask], dim=1)  # [n, prefix_len + n]
+        return self.runner.forward(tokens, kv.prefix_len + depths, slots, full_mask)
+
+    def verify(self, tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor,
+               params: SamplingParams, rng: torch.Generator) -> Acceptance:
+        """Accept a path of the subtree and commit its KV to the prefix (leader decides)."""
+        if params.greedy:
+            acc = verify_greedy(tokens, parents, logits)
+        else:
+            acc = verify_stochastic(tokens, parents, logits, None, params, rng, deterministic=True)
+        return acc
+
+    def commit(self, accepted: torch.Tensor) -> None:
+        """Move the KV of accepted subtree nodes [a+1] (root first) into the prefix."""
+        empty = accepted[:0]
+        self.runner.kv.commit(accepted, empty, empty)

@@ -1,0 +1,121 @@
+"""The `swiftspec` command: generate, serve, bench and models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from swiftspec.errors import UserError
+from swiftspec.serve.engine_args import add_engine_arguments, engine_config_from_args
+
+
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-tokens", type=int, default=128, help="new tokens to generate")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--min-p", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swiftspec", description="Low-latency speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="stream a completion of PROMPT to stdout")
+    gen.add_argument("prompt", help="prompt text ('-' reads standard input)")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    _add_sampling_arguments(gen)
+    add_engine_arguments(gen)
+
+    srv = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    add_engine_arguments(srv)
+    from swiftspec.serve import server
+
+    server.add_arguments(srv)
+
+    bench = sub.add_parser("bench", help="benchmark modes and peers side by side")
+    add_engine_arguments(bench, with_mode=False)
+    from swiftspec import bench as bench_mod
+
+    bench_mod.add_arguments(bench)
+
+    models = sub.add_parser("models", help="the bundled default model pair")
+    models.add_argument("action", choices=("list", "pull"))
+    models.add_argument("names", nargs="*", help="models to pull (default: the default pair)")
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from swiftspec.runtime import build_engine
+    from swiftspec.sampling import SamplingParams
+    from swiftspec.tokenizer import IncrementalDecoder
+
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            min_p=args.min_p, seed=args.seed)
+    prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    engine = build_engine(engine_config_from_args(args))
+    try:
+        tok = engine.tokenizer
+        ids = tok.chat([{"role": "user", "content": prompt_text}]) if args.chat else tok.encode(prompt_text)
+        decoder = IncrementalDecoder(tok)
+        for tokens in engine.generate(ids, params, args.max_tokens):
+            sys.stdout.write("".join(decoder.push(t) for t in tokens))
+            sys.stdout.flush()
+        sys.stdout.write(decoder.flush() + "\n")
+        print(format_stats(engine.stats), file=sys.stderr)
+    finally:
+        engine.close()
+    return 0
+
+
+def format_stats(s) -> str:  # s: GenerationStats
+    """The one stats line printed on stderr after a generation."""
+    return (
+        f"[swiftspec] prompt tokens: {s.prompt_tokens}, new tokens: {s.new_tokens}, "
+        f"ttft: {s.ttft_s:.3f} s, {s.tokens_per_s:.2f} tok/s, acceptance length: {s.acceptance_length:.2f}, "
+        f"rounds: {s.rounds}, draft: {s.draft_s:.2f} s, verify: {s.verify_s:.2f} s"
+    )
+
+
+def _models(args: argparse.Namespace) -> int:
+    from swiftspec.weights import bundled
+
+    if args.action == "list":
+        for row in bundled.list_models():
+            print(row)
+        return 0
+    for name in args.names or bundled.DEFAULT_PAIR:
+        print(bundled.pull(name))
+    return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "generate":
+        return _generate(args)
+    if args.command == "serve":
+        from swiftspec.serve import server
+
+        return server.run(args)
+    if args.command == "bench":
+        from swiftspec import bench
+
+        return bench.run(args)
+    return _models(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user errors become one line on stderr and exit code 2, never a traceback."""
+    try:
+        return run(argv)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Conversion cache: a GGUF is converted once into an HF-style directory, which later loads memory-map.
+
+The directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) lives under
+`<cache>/converted/` and is keyed by the GGUF's size and mtime and by the dtype. It appears by an
+atomic rename, so a crash mid-conversion leaves no half-written entry behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from tqdm import tqdm
+
+from swiftspec.errors import UserError
+from swiftspec.model.args import ModelArgs
+from swiftspec.tokenizer import Tokenizer
+from swiftspec.weights.gguf import GGUFCheckpoint
+from swiftspec.weights.safetensors import write_safetensors
+
+FORMAT_VERSION = 1  # bump when the layout of a converted directory changes
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+
+
+def converted_dir(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
+    """Where the conversion of this GGUF (at its current size and mtime) to dtype lives."""
+    st = gguf.stat()
+    key = hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{dtype}|v{FORMAT_VERSION}".encode()).hexdigest()[:12]
+    return cache_root / "converted" / f"{gguf.stem}-{DTYPE_NAMES[dtype]}-{key}"
+
+
+def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
+    """Return the converted directory of `gguf`, converting it first (with a progress bar) if needed."""
+    out = converted_dir(gguf, dtype, cache_root)
+    if (out / "config.json").is_file():
+        return out
+    ckpt = GGUFCheckpoint(gguf)  # validate before any work is done
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        config = hf_config(ckpt.args, dtype)
+        if ModelArgs.from_hf_config(config) != ckpt.args:
+            raise UserError(f"{gguf}: model settings not expressible as an HF config.json")
+        Tokenizer.from_gguf(gguf).save(tmp)
+        with open(tmp / "model.safetensors", "wb") as f:
+            shapes = {s.hf_name: s.shape for s in ckpt.specs}
+            write_safetensors(f, shapes, dtype, _with_progress(ckpt.tensors(dtype), len(shapes), gguf.name))
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        _publish(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def hf_config(args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
+    """A transformers config.json for args (ModelArgs.from_hf_config reads it back unchanged)."""
+    cfg: dict[str, Any] = {
+        "architectures": [_HF_CLASSES[args.arch]],
+        "model_type": args.arch,
+        "vocab_size": args.vocab_size,
+        "hidden_size": args.hidden_size,
+        "intermediate_size": args.intermediate_size,
+        "num_hidden_layers": args.num_layers,
+        "num_attention_heads": args.num_heads,
+        "num_key_value_heads": args.num_kv_heads,
+        "head_dim": args.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": args.rms_norm_eps,
+        "rope_theta": args.rope_theta,
+        "tie_word_embeddings": args.tie_word_embeddings,
+        "max_position_embeddings": args.max_position_embeddings,
+        "torch_dtype": DTYPE_NAMES[dtype],
+    }
+    if args.arch == "llama":
+        cfg["attention_bias"] = args.qkv_bias
+    s = args.rope_scaling
+    if s.kind == "linear":
+        cfg["rope_scaling"] = {"rope_type": "linear", "factor": s.factor}
+    elif s.kind == "llama3":
+        cfg["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": s.factor,
+            "low_freq_factor": s.low_freq_factor,
+            "high_freq_factor": s.high_freq_factor,
+            "original_max_position_embeddings": s.original_max_position,
+        }
+    return cfg
+
+
+def _with_progress(
+    tensors: Iterator[tuple[str, torch.Tensor]], total: int, label: str
+) -> Iterator[tuple[str, torch.Tensor]]:
+    with tqdm(total=total, desc=f"converting {label}", unit="tensor", file=sys.stderr) as bar:
+        for item in tensors:
+            yield item
+            bar.update(1)
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    try:
+        tmp.rename(out)
+    except OSError:
+        if not (out / "config.json").is_file():  # another process finishing first is fine
+            raise

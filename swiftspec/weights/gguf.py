@@ -1,0 +1,218 @@
+"""GGUF checkpoints: metadata -> ModelArgs, tensors -> dequantized float tensors under HF names.
+
+Reading and dequantizing go through the `gguf` package (GGUFReader + gguf.quants.dequantize), so
+every quantization it knows (Q4_K, Q5_0, Q6_K, Q8_0, F16, BF16, F32, ...) is supported here.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from gguf import GGUFReader, ReaderTensor
+from gguf.quants import dequantize
+
+from swiftspec.config import ConfigError
+from swiftspec.errors import UserError
+from swiftspec.model.args import SUPPORTED_ARCHS, ModelArgs, RopeScaling
+
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_GGUF_BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_HF_BLOCK = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
+_ROPE_FREQS = "rope_freqs.weight"  # llama3 frequency factors; folded into ModelArgs.rope_scaling
+# Errors GGUFReader raises on a damaged header (it has no exception type of its own).
+_READ_ERRORS = (ValueError, KeyError, IndexError, OSError, struct.error, UnicodeDecodeError, OverflowError)
+
+
+def gguf_to_hf_name(name: str) -> str | None:
+    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`; None when unknown."""
+    if m := _GGUF_BLOCK.fullmatch(name):
+        part = _BLOCK_NAMES.get(m[2])
+        return f"model.layers.{m[1]}.{part}.{m[3]}" if part else None
+    base, _, suffix = name.rpartition(".")
+    part = _TOP_NAMES.get(base)
+    return f"{part}.{suffix}" if part and suffix in ("weight", "bias") else None
+
+
+def hf_to_gguf_name(name: str) -> str | None:
+    """Inverse of gguf_to_hf_name (used to write test GGUFs)."""
+    if m := _HF_BLOCK.fullmatch(name):
+        part = {v: k for k, v in _BLOCK_NAMES.items()}.get(m[2])
+        return f"blk.{m[1]}.{part}.{m[3]}" if part else None
+    base, _, suffix = name.rpartition(".")
+    part = {v: k for k, v in _TOP_NAMES.items()}.get(base)
+    return f"{part}.{suffix}" if part else None
+
+
+def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's convert-time Q/K row permutation (rotary halves -> interleaved pairs)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama_unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of llama_permute: back to HF's rotate-half row order."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One tensor of the checkpoint as it will come out: HF name and HF (row-major) shape."""
+
+    gguf_name: str
+    hf_name: str
+    shape: tuple[int, ...]
+
+
+class GGUFCheckpoint:
+    """An opened, validated GGUF file: its metadata, its ModelArgs and its tensors under HF names."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._reader = _open_reader(path)
+        self._tensors = {t.name: t for t in self._reader.tensors}
+        self.arch = str(self.meta("general.architecture"))
+        if self.arch not in SUPPORTED_ARCHS:
+            raise UserError(
+                f"unsupported architecture {self.arch!r} in {path} (supported: {', '.join(SUPPORTED_ARCHS)})"
+            )
+        self.args = self._build_args()
+        self.specs = self._build_specs()
+
+    def meta(self, key: str, default: Any = ...) -> Any:
+        """A metadata value (strings decoded, arrays as lists); UserError when absent and no default."""
+        field = self._reader.fields.get(key)
+        if field is None:
+            if default is ...:
+                raise UserError(f"GGUF file {self.path} lacks metadata key {key!r}")
+            return default
+        return field.contents()
+
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (hf_name, tensor) in file order, dequantized, un-permuted and cast to dtype."""
+        for spec in self.specs:
+            raw = self._tensors[spec.gguf_name]
+            w = dequantize(raw.data, raw.tensor_type).reshape(spec.shape)
+            w = self._unpermute(spec.gguf_name, w)
+            yield spec.hf_name, torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
+
+    def _unpermute(self, name: str, w: np.ndarray) -> np.ndarray:
+        if self.arch != "llama":  # qwen2 GGUFs keep HF's row order
+            return w
+        if ".attn_q." in name:
+            return llama_unpermute(w, self.args.num_heads)
+        if ".attn_k." in name:
+            return llama_unpermute(w, self.args.num_kv_heads)
+        return w
+
+    def _build_specs(self) -> list[TensorSpec]:
+        specs = []
+        for t in self._reader.tensors:
+            if t.name == _ROPE_FREQS:
+                continue
+            hf = gguf_to_hf_name(t.name)
+            if hf is None:
+                raise UserError(f"unexpected tensor {t.name!r} in {self.path} for architecture {self.arch!r}")
+            specs.append(TensorSpec(t.name, hf, _hf_shape(t)))
+        return specs
+
+    def _build_args(self) -> ModelArgs:
+        a = self.arch
+        heads = int(self.meta(f"{a}.attention.head_count"))
+        hidden = int(self.meta(f"{a}.embedding_length"))
+        head_dim = int(self.meta(f"{a}.attention.key_length", hidden // heads))
+        theta = float(self.meta(f"{a}.rope.freq_base", 10000.0))
+        try:
+            return ModelArgs(
+                arch=a,
+                vocab_size=self._vocab_size(),
+                hidden_size=hidden,
+                intermediate_size=int(self.meta(f"{a}.feed_forward_length")),
+                num_layers=int(self.meta(f"{a}.block_count")),
+                num_heads=heads,
+                num_kv_heads=int(self.meta(f"{a}.attention.head_count_kv", heads)),
+                head_dim=head_dim,
+                rms_norm_eps=float(self.meta(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)),
+                rope_theta=theta,
+                rope_scaling=self._rope_scaling(head_dim, theta),
+                qkv_bias="blk.0.attn_q.bias" in self._tensors,
+                o_bias="blk.0.attn_output.bias" in self._tensors,
+                tie_word_embeddings="output.weight" not in self._tensors,
+                max_position_embeddings=int(self.meta(f"{a}.context_length", 4096)),
+            )
+        except ConfigError as e:
+            raise UserError(f"{self.path}: {e}") from None
+
+    def _vocab_size(self) -> int:
+        embd = self._tensors.get("token_embd.weight")
+        if embd is not None:
+            return _hf_shape(embd)[0]
+        return len(self.meta("tokenizer.ggml.tokens"))
+
+    def _rope_scaling(self, head_dim: int, theta: float) -> RopeScaling:
+        a = self.arch
+        kind = str(self.meta(f"{a}.rope.scaling.type", "none"))
+        if kind == "linear":
+            return RopeScaling(kind="linear", factor=float(self.meta(f"{a}.rope.scaling.factor")))
+        if kind != "none":
+            raise UserError(f"unsupported rope scaling {kind!r} in {self.path}")
+        freqs = self._tensors.get(_ROPE_FREQS)
+        if freqs is None:
+            return RopeScaling()
+        original = int(self.meta(f"{a}.rope.scaling.original_context_length", 8192))
+        return llama3_scaling_from_factors(dequantize(freqs.data, freqs.tensor_type), head_dim, theta, original)
+
+
+def llama3_scaling_from_factors(factors: np.ndarray, head_dim: int, theta: float, original: int) -> RopeScaling:
+    """Recover Llama-3 rope scaling from llama.cpp's per-frequency divisors (`rope_freqs.weight`).
+
+    llama.cpp stores only the divisors; the factor is their maximum, and the low/high frequency
+    factors are Llama 3.1's (1, 4). The guess is checked by recomputing every divisor.
+    """
+    scaling = RopeScaling(kind="llama3", factor=float(factors.max()), original_max_position=original)
+    if not np.allclose(llama3_factors(scaling, head_dim, theta), factors.reshape(-1), rtol=1e-3):
+        raise UserError("unsupported rope_freqs tensor (not Llama-3 scaling with low/high factors 1/4)")
+    return scaling
+
+
+def llama3_factors(s: RopeScaling, head_dim: int, theta: float) -> np.ndarray:
+    """Per-frequency divisors of Llama-3 scaling, as llama.cpp's converter writes them."""
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * np.pi / inv_freq
+    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    medium = 1.0 / ((1 - smooth) / s.factor + smooth)
+    factors = np.where(wavelen > s.original_max_position / s.low_freq_factor, s.factor, medium)
+    return np.where(wavelen < s.original_max_position / s.high_freq_factor, 1.0, factors).astype(np.float32)
+
+
+def _hf_shape(t: ReaderTensor) -> tuple[int, ...]:
+    # GGUF lists dimensions fastest-first (ne[0] = row length); HF/torch list them slowest-first.
+    return tuple(int(d) for d in reversed(t.shape.tolist()))
+
+
+def _open_reader(path: Path) -> GGUFReader:
+    try:
+        reader = GGUFReader(path)
+    except _READ_ERRORS as e:
+        raise UserError(f"corrupt or truncated GGUF file {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    size = path.stat().st_size
+    for t in reader.tensors:
+        # GGUFReader slices its memmap, which silently shortens tensors cut off by truncation.
+        if t.data_offset + t.n_bytes > size or t.data.nbytes != t.n_bytes:
+            raise UserError(f"corrupt or truncated GGUF file {path}: tensor {t.name!r} extends past the end")
+    return reader

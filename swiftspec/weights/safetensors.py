@@ -1,0 +1,122 @@
+"""HF checkpoint directories (config.json + *.safetensors, single or sharded): ModelArgs and tensors.
+
+Tensors are read one at a time through safetensors' memory map, so loading needs no second copy
+of the checkpoint in memory. Also holds a streaming writer used by the GGUF conversion cache.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from swiftspec.config import ConfigError
+from swiftspec.errors import UserError
+from swiftspec.model.args import ModelArgs
+
+_INDEX = "model.safetensors.index.json"
+# The tensors the decoder takes; anything else in a checkpoint (rotary caches, ...) is skipped.
+_WANTED = re.compile(
+    r"model\.embed_tokens\.weight|model\.norm\.weight|lm_head\.weight"
+    r"|model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.(weight|bias)"
+    r"|model\.layers\.\d+\.(input|post_attention)_layernorm\.weight"
+)
+_ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+
+
+@dataclass(frozen=True, slots=True)
+class HFCheckpoint:
+    """An HF-style checkpoint directory with its parsed config and weight files."""
+
+    path: Path
+    args: ModelArgs
+    files: tuple[Path, ...]
+
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (hf_name, tensor) cast to dtype; lm_head is dropped when embeddings are tied."""
+        for file in self.files:
+            try:
+                with safe_open(file, framework="pt") as f:
+                    for name in f.keys():
+                        if not _WANTED.fullmatch(name):
+                            continue
+                        if name == "lm_head.weight" and self.args.tie_word_embeddings:
+                            continue
+                        yield name, f.get_tensor(name).to(dtype)
+            except SafetensorError as e:
+                raise UserError(f"corrupt safetensors file {file}: {e}") from None
+
+
+def open_hf_dir(path: Path) -> HFCheckpoint:
+    """Parse config.json and find the weight files (index.json shards, else every *.safetensors)."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise UserError(f"{path} is not a model directory (no config.json)")
+    try:
+        args = ModelArgs.from_hf_config(json.loads(config.read_text()))
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UserError(f"bad config.json in {path}: {type(e).__name__}: {e}") from None
+    except ConfigError as e:
+        raise UserError(f"{path}: {e}") from None
+    return HFCheckpoint(path, args, _weight_files(path))
+
+
+def _weight_files(path: Path) -> tuple[Path, ...]:
+    index = path / _INDEX
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise UserError(f"bad {_INDEX} in {path}: {e}") from None
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise UserError(f"{path}: shard {missing[0]} listed in {_INDEX} is missing")
+        return tuple(path / s for s in shards)
+    files = tuple(sorted(path.glob("*.safetensors")))
+    if not files:
+        raise UserError(f"{path} has no *.safetensors weights")
+    return files
+
+
+def write_safetensors(
+    out: BinaryIO,
+    shapes: dict[str, tuple[int, ...]],
+    dtype: torch.dtype,
+    tensors: Iterator[tuple[str, torch.Tensor]],
+) -> None:
+    """Stream tensors into a safetensors file, one at a time, in the order of `shapes`.
+
+    The header (names, shapes, offsets) is written first from `shapes`, so memory holds one
+    tensor at a time instead of the whole checkpoint (safetensors.torch.save_file needs all).
+    """
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    header: dict[str, dict] = {}
+    offset = 0
+    for name, shape in shapes.items():
+        nbytes = itemsize * _numel(shape)
+        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # keep the data 8-byte aligned, as the reference writer does
+    out.write(struct.pack("<Q", len(blob)) + blob)
+    expected = iter(shapes.items())
+    for name, tensor in tensors:
+        want_name, want_shape = next(expected)
+        if name != want_name or tuple(tensor.shape) != want_shape:
+            raise ValueError(f"tensor stream out of order: got {name} {tuple(tensor.shape)}, want {want_name}")
+        out.write(tensor.to(dtype).contiguous().view(torch.uint8).numpy().data)
+    if next(expected, None) is not None:
+        raise ValueError("tensor stream ended early")
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
