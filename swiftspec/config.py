@@ -74,3 +74,32 @@ class EngineConfig:
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES)})")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """The HTTP server: where it listens, who may call it, and the limits on each request."""
+
+    host: str = "127.0.0.1"  # loopback only unless asked otherwise
+    port: int = 8000  # 0 = any free port
+    api_key: str = ""  # "" = no authentication
+    max_queue: int = 64  # requests that may wait behind the running one
+    max_tokens: int = 1024  # most new tokens one request may ask for (also the default)
+    max_body_bytes: int = 1 << 20
+    max_prompt_tokens: int = 0  # 0 = the engine's context length - 1
+    served_model_name: str = "swiftspec"  # the `model` that requests must name
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ConfigError("the server host must not be empty")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be in [0, 65535], got {self.port}")
+        if any(c.isspace() for c in self.api_key):
+            raise ConfigError("the API key must not contain whitespace")
+        for name in ("max_queue", "max_tokens", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"server setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens < 0:
+            raise ConfigError(f"max_prompt_tokens must be >= 0, got {self.max_prompt_tokens}")
+        if not self.served_model_name:
+            raise ConfigError("the served model name must not be empty")

@@ -1,8 +1,14 @@
-"""Logits processing (temperature, top-k, top-p, min-p) and sampling without host syncs."""
+"""Logits processing (temperature, top-k, top-p, min-p) and sampling without host syncs.
+
+Target and draft go through the same `process_logits`, so p and q see identical processors.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
+from torch import Tensor
 
 from swiftspec.config import ConfigError
 
@@ -30,3 +36,56 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def process_logits(logits: Tensor, params: SamplingParams) -> Tensor:
+    """Turn raw logits into the distribution we sample from: float32 probs, rows sum to 1.
+
+    Order: temperature, top-k, softmax, top-p, min-p, renormalise. Greedy gives the one-hot
+    of the argmax (lowest index on ties), so greedy is a special case of sampling.
+    """
+    logits = logits.float()  # [..., V]
+    vocab = logits.shape[-1]
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), vocab).float()
+    logits = logits / params.temperature
+    if 0 < params.top_k < vocab:
+        kth = logits.topk(params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
+    if params.top_p < 1.0:
+        probs = _top_p(probs, params.top_p)
+    if params.min_p > 0.0:
+        floor = params.min_p * probs.amax(-1, keepdim=True)
+        probs = probs.masked_fill(probs < floor, 0.0)
+    return probs / probs.sum(-1, keepdim=True)
+
+
+def _top_p(probs: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest most-likely set whose mass reaches top_p (the top token always stays)."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)  # [..., V]
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, mass_before >= top_p)
+    return probs.masked_fill(drop, 0.0)
+
+
+def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Draw one token per row of probs [..., V] -> [...] int64, without a host sync.
+
+    Exponential race: argmax(p_i / E_i) with E_i ~ Exp(1) picks i with probability p_i.
+    """
+    race = torch.empty(probs.shape, dtype=torch.float32, device=probs.device)
+    race.exponential_(generator=generator)
+    # Exp(1) can round to 0; 0/0 would be NaN, which argmax treats as the maximum.
+    race.clamp_min_(torch.finfo(torch.float32).tiny)
+    return (probs.float() / race).argmax(-1)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on `device`, seeded with `seed` (or from OS entropy when seed is None)."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from swiftspec.cache.kv_cache import KVCache
+from swiftspec.tree import Reroot, TokenTree
 
 
 class TreeKV:
@@ -71,3 +72,21 @@ class TreeKV:
         self.node_slot[survivors_new] = dst[m:]
         self.prefix_len += m
         self.tree_len = e
+
+    def reroot(self, tree: TokenTree, step: Reroot, emitted: list[int]) -> list[int]:
+        """Apply a re-rooting of `tree` after `emitted` was verified: the walked path's KV becomes
+        prefix, the new root's subtree is compacted behind it, the rest is dropped.
+
+        Returns the verified tokens (excluding the new root) whose KV was never computed, in
+        order: at most the last walked node when it was an unexpanded leaf, plus any emitted
+        tokens the walk could not follow. The caller recomputes exactly these.
+        """
+        path = step.path  # [m] old root .. last walked node before the new root
+        has_kv = tree.expanded[path]  # only a trailing leaf can lack KV
+        missing = tree.tokens[path[~has_kv]].tolist() + list(emitted[path.numel() - 1 : -1])
+        if step.tree is None:
+            survivors_old = path[:0]
+        else:
+            survivors_old = torch.nonzero((step.index_map >= 0) & tree.expanded).flatten()
+        self.commit(path[has_kv], survivors_old, step.index_map[survivors_old])
+        return missing

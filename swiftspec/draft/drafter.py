@@ -14,8 +14,18 @@ import torch
 from swiftspec.config import TreeConfig
 from swiftspec.runtime.runner import ModelRunner, causal_mask
 from swiftspec.sampling import SamplingParams, draft_logprobs
-from swiftspec.tree import TokenTree, depths, draft_mask, grow, new_tree, reroot, select_leaves, select_subtree, topk_children
-from swiftspec.tree import Subtree
+from swiftspec.tree import (
+    Subtree,
+    TokenTree,
+    depths,
+    draft_mask,
+    grow,
+    new_tree,
+    reroot,
+    select_leaves,
+    select_subtree,
+    topk_children,
+)
 
 
 class TreeDrafter:
@@ -33,9 +43,14 @@ class TreeDrafter:
         """Begin a request: prefill the prompt and plant a tree at the first generated token."""
         self.runner.kv.reset()
         self.runner.prefill(prompt)
-        self.tree = new_tree(root)
+        self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
+
+    @property
+    def size(self) -> int:
+        """Nodes in the live tree."""
+        return self.tree.tokens.numel()
 
     def draft(self, expansions: int) -> None:
         """Grow the tree by `expansions` forwards of the w best unexpanded leaves."""
@@ -44,6 +59,8 @@ class TreeDrafter:
 
     def expand(self) -> None:
         """One draft forward over the w best unexpanded leaves; adds their top-k children."""
+        if self.size >= self.cfg.budget:
+            return
         leaves = select_leaves(self.tree, self.cfg.width)  # [n <= w]
         if leaves.numel() == 0 or self.runner.kv.kv_len + leaves.numel() + len(self.pending) > self.runner.cache.max_len:
             return
@@ -51,7 +68,7 @@ class TreeDrafter:
         pend = self._pending_inputs()
         slots = kv.alloc(leaves)  # [n]
         width = kv.kv_len
-        mask = draft_mask(self.tree, leaves, kv.node_slot, kv.prefix_len, width)  # [n, width]
+        mask = draft_mask(self.tree, leaves, kv.node_slot[: self.size], kv.prefix_len, width)  # [n, width]
         positions = kv.prefix_len + depths(self.tree)[leaves]  # [n]
         tokens = self.tree.tokens[leaves]
         rows = None
@@ -85,19 +102,9 @@ class TreeDrafter:
 
     def advance(self, emitted: list[int]) -> None:
         """Re-root at the last emitted token: commit the accepted path, compact the survivors."""
-        tree = self.tree
-        step = reroot(tree, emitted)
-        path = step.path  # [m] old root .. last matched node before the new root
-        has_kv = tree.expanded[path]
-        walked = path.numel() - 1  # emitted tokens matched before the new root
-        self.pending += tree.tokens[path[~has_kv]].tolist() + list(emitted[walked:-1])
-        if step.tree is None:
-            survivors_old = torch.empty(0, dtype=torch.long, device=path.device)
-            self.tree = new_tree(emitted[-1])
-        else:
-            survivors_old = torch.nonzero((step.index_map >= 0) & tree.expanded).flatten()
-            self.tree = step.tree
-        self.runner.kv.commit(path[has_kv], survivors_old, step.index_map[survivors_old])
+        step = reroot(self.tree, emitted)
+        self.pending += self.runner.kv.reroot(self.tree, step, emitted)
+        self.tree = step.tree if step.tree is not None else new_tree(emitted[-1], self.runner.device)
 
 
 class _Pending:

@@ -19,11 +19,9 @@ class ModelRunner:
     """Owns a model and its KV cache; every attention reads slots [0, mask.shape[1])."""
 
     def __init__(self, model: torch.nn.Module, max_len: int, max_nodes: int) -> None:
-        args = model.args
-        param = next(model.parameters())
         self.model = model
-        self.device = param.device
-        self.cache = KVCache(args.num_layers, max_len, args.num_kv_heads, args.head_dim, param.dtype, param.device)
+        self.cache: KVCache = model.new_cache(max_len)
+        self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
 
     @torch.inference_mode()

@@ -108,8 +108,10 @@ class GGUFCheckpoint:
         for spec in self.specs:
             raw = self._tensors[spec.gguf_name]
             w = dequantize(raw.data, raw.tensor_type).reshape(spec.shape)
-            w = self._unpermute(spec.gguf_name, w)
-            yield spec.hf_name, torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
+            w = np.ascontiguousarray(self._unpermute(spec.gguf_name, w))
+            if not w.flags.writeable:  # F32 tensors come back as views of the read-only memmap
+                w = w.copy()
+            yield spec.hf_name, torch.from_numpy(w).to(dtype)
 
     def _unpermute(self, name: str, w: np.ndarray) -> np.ndarray:
         if self.arch != "llama":  # qwen2 GGUFs keep HF's row order
@@ -136,7 +138,7 @@ class GGUFCheckpoint:
         heads = int(self.meta(f"{a}.attention.head_count"))
         hidden = int(self.meta(f"{a}.embedding_length"))
         head_dim = int(self.meta(f"{a}.attention.key_length", hidden // heads))
-        theta = float(self.meta(f"{a}.rope.freq_base", 10000.0))
+        theta = _f32(self.meta(f"{a}.rope.freq_base", 10000.0))
         try:
             return ModelArgs(
                 arch=a,
@@ -147,7 +149,7 @@ class GGUFCheckpoint:
                 num_heads=heads,
                 num_kv_heads=int(self.meta(f"{a}.attention.head_count_kv", heads)),
                 head_dim=head_dim,
-                rms_norm_eps=float(self.meta(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)),
+                rms_norm_eps=_f32(self.meta(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)),
                 rope_theta=theta,
                 rope_scaling=self._rope_scaling(head_dim, theta),
                 qkv_bias="blk.0.attn_q.bias" in self._tensors,
@@ -168,7 +170,7 @@ class GGUFCheckpoint:
         a = self.arch
         kind = str(self.meta(f"{a}.rope.scaling.type", "none"))
         if kind == "linear":
-            return RopeScaling(kind="linear", factor=float(self.meta(f"{a}.rope.scaling.factor")))
+            return RopeScaling(kind="linear", factor=_f32(self.meta(f"{a}.rope.scaling.factor")))
         if kind != "none":
             raise UserError(f"unsupported rope scaling {kind!r} in {self.path}")
         freqs = self._tensors.get(_ROPE_FREQS)
@@ -198,6 +200,12 @@ def llama3_factors(s: RopeScaling, head_dim: int, theta: float) -> np.ndarray:
     medium = 1.0 / ((1 - smooth) / s.factor + smooth)
     factors = np.where(wavelen > s.original_max_position / s.low_freq_factor, s.factor, medium)
     return np.where(wavelen < s.original_max_position / s.high_freq_factor, 1.0, factors).astype(np.float32)
+
+
+def _f32(value: float) -> float:
+    """GGUF stores floats as float32: 1e-6 reads back as 9.99999997e-07. Take the shortest decimal
+    that rounds to the same float32, which is what the original config said."""
+    return float(str(np.float32(value)))
 
 
 def _hf_shape(t: ReaderTensor) -> tuple[int, ...]:

@@ -1,0 +1,162 @@
+"""Benchmark harness: mode names, the Runner interface every engine and peer offers, and the timed loop.
+
+Runs are interleaved per prompt (every mode on prompt 1, then every mode on prompt 2, ...) so that
+noise from other work on the machine falls on all modes alike. Every mode sees the same prompt token
+ids and the same seed for a given prompt.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from tqdm import tqdm
+
+from swiftspec.config import MODES
+from swiftspec.errors import UserError
+from swiftspec.sampling import SamplingParams
+
+PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec")
+WEIGHT_FORMATS = ("bf16", "int8", "int4")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSpec:
+    """One benchmarked mode: ours ("ar", "tree@int4", ...) or a peer ("hf-ar", "llamacpp-spec", ...)."""
+
+    name: str  # as given on the command line; the report's key
+    kind: str  # "ours" | "hf" | "llamacpp"
+    variant: str  # ours: engine mode; hf: "ar" | "assisted"; llamacpp: "ar" | "spec"
+    weights: str | None = None  # ours: --weights override for this mode
+
+    @property
+    def speculative(self) -> bool:
+        return self.variant in ("chain", "tree", "async", "assisted", "spec")
+
+
+def parse_modes(text: str) -> list[ModeSpec]:
+    """Parse the comma list of --modes; a suffix `@bf16|@int8|@int4` sets the weight format of our modes."""
+    specs: list[ModeSpec] = []
+    for name in (part.strip() for part in text.split(",")):
+        if not name:
+            continue
+        base, _, weights = name.partition("@")
+        if base in MODES:
+            if weights and weights not in WEIGHT_FORMATS:
+                raise UserError(f"mode {name!r}: weight format must be one of {', '.join(WEIGHT_FORMATS)}")
+            spec = ModeSpec(name, "ours", base, weights or None)
+        elif base in PEER_MODES and not weights:
+            kind, _, variant = base.partition("-")
+            spec = ModeSpec(name, kind, variant)
+        else:
+            raise UserError(f"unknown bench mode {name!r} (choose from {', '.join(MODES + PEER_MODES)})")
+        if any(s.name == name for s in specs):
+            raise UserError(f"mode {name!r} is listed twice")
+        specs.append(spec)
+    if not specs:
+        raise UserError("--modes is empty")
+    return specs
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One prompt through one mode. Times are wall-clock seconds from the call to the last token."""
+
+    tokens: list[int]  # new tokens, EOS excluded
+    ttft_s: float
+    total_s: float
+    rounds: int = 0  # target forwards counted for the acceptance length (see `acceptance_length`)
+    round_tokens: int = 0  # tokens those forwards emitted
+    draft_s: float | None = None  # None where the mode cannot split its time
+    verify_s: float | None = None
+    draft_forwards: int | None = None  # draft model forwards, where the mode can count them
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens emitted per target forward (1.0 for autoregressive modes)."""
+        return self.round_tokens / self.rounds if self.rounds else 1.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: tokens after the first over the time after the first (prefill excluded)."""
+        decode_s = self.total_s - self.ttft_s
+        return (len(self.tokens) - 1) / decode_s if len(self.tokens) > 1 and decode_s > 0 else 0.0
+
+    @property
+    def e2e_tokens_per_s(self) -> float:
+        """End-to-end speed: all new tokens over the whole request, prefill included."""
+        return len(self.tokens) / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token after the first (the inverse of the decode speed)."""
+        return (self.total_s - self.ttft_s) / (len(self.tokens) - 1) if len(self.tokens) > 1 else 0.0
+
+
+class Runner(Protocol):
+    """Anything the harness can time: one of our engines or a peer implementation."""
+
+    def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult: ...
+
+    def close(self) -> None: ...
+
+
+class EngineRunner:
+    """Times one of our engines through the Engine protocol (its stats give rounds and the time split)."""
+
+    def __init__(self, engine, temperature: float) -> None:  # engine: swiftspec.runtime.Engine
+        self.engine = engine
+        self.temperature = temperature
+
+    def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
+        params = SamplingParams(temperature=self.temperature, seed=seed)
+        tokens: list[int] = []
+        start = time.perf_counter()
+        ttft = 0.0
+        for chunk in self.engine.generate(prompt, params, max_new_tokens):
+            if chunk and not tokens:
+                ttft = time.perf_counter() - start
+            tokens.extend(chunk)
+        total = time.perf_counter() - start
+        stats = self.engine.stats
+        return RunResult(
+            tokens=tokens,
+            ttft_s=ttft,
+            total_s=total,
+            rounds=len(stats.accept_lengths),
+            round_tokens=sum(stats.accept_lengths),
+            draft_s=stats.draft_s,
+            verify_s=stats.verify_s,
+        )
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def run_interleaved(
+    runners: dict[str, Runner],
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    seed: int,
+    warmup: int,
+) -> dict[str, list[RunResult]]:
+    """Warm every runner up, then time prompt by prompt, every mode in turn; results per mode name.
+
+    Warm-up runs cycle over the prompts with at most 32 new tokens and are not recorded.
+    """
+    results: dict[str, list[RunResult]] = {name: [] for name in runners}
+    with tqdm(total=(warmup + len(prompts)) * len(runners), desc="bench", unit="run", file=sys.stderr) as bar:
+        for w in range(warmup):
+            i = w % len(prompts)
+            for name, runner in runners.items():
+                bar.set_postfix_str(f"{name} warm-up {w + 1}")
+                runner.generate(prompts[i], min(max_new_tokens, 32), seed + i)
+                bar.update(1)
+        for i, prompt in enumerate(prompts):
+            for name, runner in runners.items():
+                bar.set_postfix_str(f"{name} prompt {i + 1}")
+                results[name].append(runner.generate(prompt, max_new_tokens, seed + i))
+                bar.update(1)
+    return results

@@ -1,0 +1,182 @@
+"""Peer: llama.cpp on the same GGUF files, through llama-cpp-python or a `llama-server` binary.
+
+llamacpp-ar is plain decoding. llamacpp-spec is speculative decoding with the real draft model:
+natively in llama-server (`-md`), or in llama-cpp-python through its LlamaDraftModel hook, filled by
+a second Llama instance of the draft that proposes `k` greedy tokens per round.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from swiftspec.bench.harness import RunResult
+from swiftspec.errors import UserError
+
+try:
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaDraftModel as _DraftBase
+except ImportError:
+    Llama = None
+    _DraftBase = object
+
+_SERVER_START_S = 300.0  # loading a GGUF on a busy machine can be slow
+
+
+def llama_cpp_available() -> bool:
+    return Llama is not None
+
+
+def llama_cpp_version() -> str:
+    import llama_cpp
+
+    return llama_cpp.__version__
+
+
+def _clip(tokens: list[int], eos_ids: frozenset[int]) -> list[int]:
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tokens[:i]
+    return tokens
+
+
+class _DraftProposer(_DraftBase):
+    """llama-cpp-python's draft hook backed by a real draft model: `k` greedy tokens per call.
+
+    The draft Llama keeps its KV cache between calls; `generate` re-evaluates only the suffix
+    that differs from the last call (the newly verified tokens).
+    """
+
+    def __init__(self, draft: "Llama", k: int) -> None:
+        self.draft = draft
+        self.k = k
+        self.calls = 0
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: object) -> np.ndarray:
+        self.calls += 1
+        out: list[int] = []
+        for token in self.draft.generate(input_ids.tolist(), temp=0.0, top_k=1, top_p=1.0, min_p=0.0):
+            out.append(token)
+            if len(out) == self.k:
+                break
+        return np.array(out, dtype=np.intc)
+
+
+class LlamaPyRunner:
+    """llama-cpp-python: `Llama.generate` token by token, plus the draft hook for speculation."""
+
+    def __init__(self, target: Path, threads: int, n_ctx: int, eos_ids: frozenset[int], temperature: float,
+                 draft: Path | None = None, draft_k: int = 4) -> None:
+        common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
+        self.proposer = _DraftProposer(Llama(str(draft), **common), draft_k) if draft else None
+        self.llm = Llama(str(target), draft_model=self.proposer, **common)
+        self.eos_ids = eos_ids
+        self.temperature = temperature
+
+    def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
+        self.llm.reset()  # no prompt-cache reuse between runs: every run pays its prefill
+        self.llm.set_seed(seed)
+        if self.proposer is not None:
+            self.proposer.draft.reset()
+            self.proposer.calls = 0
+        tokens: list[int] = []
+        start = time.perf_counter()
+        ttft = 0.0
+        sampling = dict(temp=self.temperature, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+        for token in self.llm.generate(prompt, **sampling):
+            if not tokens:
+                ttft = time.perf_counter() - start
+            if token in self.eos_ids:
+                break
+            tokens.append(token)
+            if len(tokens) == max_new_tokens:
+                break
+        total = time.perf_counter() - start
+        if self.proposer is None:
+            return RunResult(tokens=tokens, ttft_s=ttft, total_s=total, rounds=len(tokens), round_tokens=len(tokens))
+        calls = self.proposer.calls  # one draft call per target forward after the prefill
+        return RunResult(tokens=tokens, ttft_s=ttft, total_s=total, rounds=calls,
+                         round_tokens=max(len(tokens) - 1, 0), draft_forwards=calls * self.proposer.k)
+
+    def close(self) -> None:
+        self.llm.close()
+        if self.proposer is not None:
+            self.proposer.draft.close()
+
+
+class LlamaServerRunner:
+    """A `llama-server` child on a loopback port; `-md` adds its native speculative decoding.
+
+    Times are the server's own (`timings.prompt_ms` / `predicted_ms`), so HTTP overhead is excluded.
+    """
+
+    def __init__(self, binary: str, target: Path, threads: int, n_ctx: int, eos_ids: frozenset[int],
+                 temperature: float, log: Path, draft: Path | None = None) -> None:
+        self.port = _free_port()
+        cmd = [binary, "-m", str(target), "--host", "127.0.0.1", "--port", str(self.port),
+               "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1"]
+        if draft is not None:
+            cmd += ["-md", str(draft)]
+        self.log = log
+        with open(log, "wb") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        self.eos_ids = eos_ids
+        self.temperature = temperature
+        self.speculative = draft is not None
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise UserError(f"llama-server exited with code {self.proc.returncode}; see {self.log}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        self.close()
+        raise UserError(f"llama-server did not become ready in {_SERVER_START_S:.0f} s; see {self.log}")
+
+    def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
+        body = {"prompt": prompt, "n_predict": max_new_tokens, "temperature": self.temperature, "top_k": 0,
+                "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": seed, "cache_prompt": False,
+                "return_tokens": True, "stream": False}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            res = json.loads(r.read())
+        t = res["timings"]
+        tokens = _clip(list(res.get("tokens", [])), self.eos_ids)
+        ttft = t["prompt_ms"] / 1000
+        total = ttft + t["predicted_ms"] / 1000
+        if not self.speculative:
+            return RunResult(tokens=tokens, ttft_s=ttft, total_s=total, rounds=len(tokens), round_tokens=len(tokens))
+        accepted = int(t.get("draft_n_accepted", 0))
+        after_first = max(len(tokens) - 1, 0)  # each round after the prefill emits accepted + 1 tokens
+        return RunResult(tokens=tokens, ttft_s=ttft, total_s=total, rounds=max(after_first - accepted, 1),
+                         round_tokens=after_first, draft_forwards=int(t.get("draft_n", 0)))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,110 @@
+"""Memory-bandwidth roofline: measured streaming-read bandwidth and the weight bytes each mode reads.
+
+Single-stream decoding on a CPU is bound by reading weights. The bound of a mode is
+
+    bytes per token = (target bytes + draft bytes * draft forwards per round) / acceptance length
+    bound tok/s     = bandwidth / bytes per token
+
+where "bytes" are the weights one forward reads: every linear layer plus the LM head, in the
+format the mode holds them (embedding lookups, norms, biases and the KV cache are left out, so the
+bound is optimistic). For autoregressive modes the draft term is 0 and the acceptance length is 1.
+The draft's reads count in full also for async mode: on one machine both models share the bandwidth.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from swiftspec.model.args import ModelArgs
+
+# Bytes per weight of our formats. For int8/int4 only the payload is counted (scales add a few
+# percent, by group size), which keeps the bound an upper bound.
+_FORMAT_BYTES = {"int8": 1.0, "int4": 0.5}
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True, slots=True)
+class WeightBytes:
+    """Weight bytes one forward of each model reads (draft 0 for autoregressive modes)."""
+
+    target: int
+    draft: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A mode's roofline: bytes per emitted token and the tok/s the bandwidth allows."""
+
+    bytes_per_token: float
+    tokens_per_s: float
+    draft_forwards_per_round: float
+
+
+def measure_bandwidth(threads: int, gib: float = 1.0, repeats: int = 5) -> float:
+    """Best streaming-read bandwidth in bytes/s: torch.sum over a `gib` GiB float32 tensor."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        data = torch.ones(int(gib * (1 << 30)) // 4, dtype=torch.float32)
+        data.sum()  # fault the pages in before timing
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            data.sum()
+            best = min(best, time.perf_counter() - start)
+        return data.numel() * 4 / best
+    finally:
+        torch.set_num_threads(saved)
+
+
+def linear_weights(args: ModelArgs) -> int:
+    """Number of weights in every linear layer plus the LM head (embeddings and norms excluded)."""
+    q = args.num_heads * args.head_dim
+    kv = args.num_kv_heads * args.head_dim
+    h, i = args.hidden_size, args.intermediate_size
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
+    return args.num_layers * per_layer + args.vocab_size * h
+
+
+def our_weight_bytes(args: ModelArgs, dtype: str, weights: str) -> int:
+    """Bytes our engine reads per forward: weights in format `weights` ("bf16" = the working dtype)."""
+    per_weight = _FORMAT_BYTES.get(weights, _DTYPE_BYTES[dtype])
+    return int(linear_weights(args) * per_weight)
+
+
+def model_args(path: Path) -> ModelArgs:
+    """ModelArgs of a GGUF file or HF directory, from its header or config.json alone."""
+    if path.is_dir():
+        from swiftspec.weights.safetensors import open_hf_dir
+
+        return open_hf_dir(path).args
+    from swiftspec.weights.gguf import GGUFCheckpoint
+
+    return GGUFCheckpoint(path).args
+
+
+def gguf_weight_bytes(path: Path) -> int:
+    """Bytes llama.cpp reads per forward of a GGUF: every tensor as stored except the token embedding,
+    which counts once as the LM head when the file has no separate `output.weight` (tied)."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    embed = tensors.pop("token_embd.weight", 0)
+    return sum(tensors.values()) + (0 if "output.weight" in tensors else embed)
+
+
+def bound(
+    weights: WeightBytes,
+    bandwidth: float,
+    acceptance_length: float,
+    draft_forwards_per_round: float = 0.0,
+) -> Bound:
+    """The roofline of one mode (see the module docstring)."""
+    per_round = weights.target + weights.draft * draft_forwards_per_round
+    per_token = per_round / max(acceptance_length, 1e-9)
+    return Bound(bytes_per_token=per_token, tokens_per_s=bandwidth / per_token,
+                 draft_forwards_per_round=draft_forwards_per_round)

@@ -1,0 +1,166 @@
+"""Builds every benchmarked mode once: our engines, the transformers peers and the llama.cpp peers.
+
+A peer that cannot run here (llama.cpp not installed, a source that is not a GGUF) is skipped with
+a one-line reason that the report carries; our own modes must build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
+from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, model_args, our_weight_bytes
+from swiftspec.config import EngineConfig
+
+
+@dataclass(slots=True)
+class Lineup:
+    """The loaded modes, in command-line order, with what the report needs to know about each."""
+
+    runners: dict[str, Runner] = field(default_factory=dict)
+    weight_bytes: dict[str, WeightBytes] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)  # what runs each mode, in words
+    draft_forwards: dict[str, float] = field(default_factory=dict)  # per round, for modes that cannot count
+    skipped: dict[str, str] = field(default_factory=dict)  # mode -> why it did not run
+    tokenizer: object = None  # swiftspec.tokenizer.Tokenizer of the target
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+        self.runners.clear()
+
+
+def mode_config(base: EngineConfig, spec: ModeSpec, draft_weights: str | None) -> EngineConfig:
+    """The EngineConfig of one of our modes: `tree@int4` sets the target's (and by default the
+    draft's) weight format."""
+    weights = spec.weights or base.target_load.weights
+    return dataclasses.replace(
+        base,
+        mode=spec.variant,
+        target_load=dataclasses.replace(base.target_load, weights=weights),
+        draft_load=dataclasses.replace(base.draft_load, weights=draft_weights or weights),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Local files of the model pair: GGUF files or HF directories (draft None when no mode drafts)."""
+
+    target: Path
+    draft: Path | None
+
+
+def build_lineup(specs: list[ModeSpec], base: EngineConfig, args: argparse.Namespace, out: Path) -> Lineup:
+    """Load every mode once (each keeps its models for the whole run)."""
+    from swiftspec.weights import resolve_source
+
+    lineup = Lineup()
+    needs_draft = any(s.speculative for s in specs)
+    sources = Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
+    hf_models: dict[str, torch.nn.Module] = {}
+    for spec in specs:
+        print(f"bench: loading {spec.name}", file=sys.stderr)
+        if spec.kind == "ours":
+            _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args.temperature)
+        elif spec.kind == "hf":
+            _add_hf(lineup, spec, args, hf_models, sources)
+        else:
+            _add_llamacpp(lineup, spec, args, out, sources)
+    if lineup.tokenizer is None:
+        lineup.tokenizer = _load_tokenizer(sources.target, base.target_load.dtype)
+    return lineup
+
+
+def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources, temperature: float) -> None:
+    from swiftspec.runtime import build_engine
+
+    engine = build_engine(config)
+    lineup.runners[spec.name] = EngineRunner(engine, temperature)
+    lineup.tokenizer = lineup.tokenizer or engine.tokenizer
+    load, dload = config.target_load, config.draft_load
+    target_bytes = our_weight_bytes(model_args(sources.target), load.dtype, load.weights)
+    draft_bytes = our_weight_bytes(model_args(sources.draft), dload.dtype, dload.weights) if spec.speculative else 0
+    lineup.weight_bytes[spec.name] = WeightBytes(target_bytes, draft_bytes)
+    lineup.backends[spec.name] = f"swiftspec {spec.variant} ({load.weights} weights, {load.dtype})"
+    lineup.draft_forwards[spec.name] = _our_draft_forwards(engine, config)
+
+
+def _our_draft_forwards(engine: object, config: EngineConfig) -> float:
+    """Draft forwards per round of our modes: k for chain, the tree depth d for tree/async (when d is
+    0 the engine picked it: SerialEngine falls back to a fixed d, AsyncEngine profiles; both keep it
+    as `depth`). Async drafts may also top up the tree, so its figure is a lower estimate."""
+    if config.mode == "ar":
+        return 0.0
+    if config.mode == "chain":
+        return float(config.tree.chain_length)
+    return float(config.tree.depth or getattr(engine, "depth", 0))
+
+
+def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,
+            cache: dict[str, torch.nn.Module], sources: Sources) -> None:
+    """transformers peers; hf-ar and hf-assisted share one copy of the target."""
+    from transformers import __version__ as hf_version
+
+    from swiftspec.bench.peers_hf import HFRunner, load_hf_model, weight_bytes
+
+    def model(role: str, path: Path) -> torch.nn.Module:
+        if role not in cache:
+            cache[role] = load_hf_model(path, args.dtype)
+        return cache[role]
+
+    target = model("target", sources.target)
+    assistant = model("draft", sources.draft) if spec.variant == "assisted" else None
+    eos = _tokenizer(lineup, sources, args).eos_token_ids
+    lineup.runners[spec.name] = HFRunner(target, eos, args.temperature, assistant)
+    lineup.weight_bytes[spec.name] = WeightBytes(weight_bytes(target), weight_bytes(assistant) if assistant else 0)
+    lineup.backends[spec.name] = f"transformers {hf_version} generate ({args.dtype})"
+
+
+def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, out: Path, sources: Sources) -> None:
+    """llama.cpp peers: llama-server for spec when given (native speculation), else llama-cpp-python."""
+    from swiftspec.bench import peers_llamacpp as lc
+
+    draft = sources.draft if spec.variant == "spec" else None
+    files = [sources.target] + ([draft] if draft else [])
+    if any(p.is_dir() for p in files):
+        lineup.skipped[spec.name] = "llama.cpp needs GGUF files; the model is an HF directory"
+        return
+    use_server = bool(args.llama_server) and (spec.variant == "spec" or not lc.llama_cpp_available())
+    if not use_server and not lc.llama_cpp_available():
+        lineup.skipped[spec.name] = "neither llama-cpp-python (pip install llama-cpp-python) nor --llama-server"
+        return
+    eos = _tokenizer(lineup, sources, args).eos_token_ids
+    if use_server:
+        log = out / f"llama-server-{spec.name}.log"
+        runner = lc.LlamaServerRunner(args.llama_server, sources.target, args.threads, args.max_seq_len, eos,
+                                      args.temperature, log, draft)
+        lineup.backends[spec.name] = f"llama-server {args.llama_server}"
+    else:
+        runner = lc.LlamaPyRunner(sources.target, args.threads, args.max_seq_len, eos, args.temperature,
+                                  draft, args.chain_length)
+        lineup.backends[spec.name] = f"llama-cpp-python {lc.llama_cpp_version()}" + (
+            f" (draft model, k={args.chain_length})" if draft else "")
+    lineup.runners[spec.name] = runner
+    draft_bytes = gguf_weight_bytes(draft) if draft else 0
+    lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)
+
+
+def _tokenizer(lineup: Lineup, sources: Sources, args: argparse.Namespace):
+    """The target's tokenizer (from an engine already built, else loaded once here)."""
+    if lineup.tokenizer is None:
+        lineup.tokenizer = _load_tokenizer(sources.target, args.dtype)
+    return lineup.tokenizer
+
+
+def _load_tokenizer(path: Path, dtype: str):
+    """Our Tokenizer for a GGUF or HF directory (a GGUF goes through the weights conversion cache)."""
+    from swiftspec.tokenizer import Tokenizer
+    from swiftspec.weights import DTYPES, open_checkpoint
+
+    return Tokenizer.from_dir(open_checkpoint(path, DTYPES[dtype]).path)

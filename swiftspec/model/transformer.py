@@ -1,0 +1,179 @@
+"""The Llama 2/3/3.x and Qwen2/2.5 decoder (one file for the family) and its HF-checkpoint weight routing.
+
+Parameter names follow HF checkpoints after packing: q/k/v_proj become self_attn.qkv_proj and
+gate/up_proj become mlp.gate_up_proj; `load_weights` routes the separate HF tensors into them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from swiftspec.cache.kv_cache import KVCache
+from swiftspec.errors import UserError
+from swiftspec.model.args import ModelArgs
+from swiftspec.model.attention import Attention
+from swiftspec.model.layers import RMSNorm, RopeAngles, RotaryEmbedding, SwiGLU
+from swiftspec.parallel.linear import ParallelLMHead, VocabParallelEmbedding, default_weight_loader
+from swiftspec.parallel.state import ParallelState
+
+# HF name fragment -> (our packed parameter's fragment, shard id)
+PACKED_NAMES = {
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+INITIAL_ROPE_LENGTH = 4096  # tables grow (doubling) when a larger cache is used
+
+
+class WeightLoadError(UserError, ValueError):
+    """A checkpoint whose tensor names or shapes do not match the model."""
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, args: ModelArgs, layer_idx: int, parallel: ParallelState,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, dtype, device)
+        self.self_attn = Attention(args, layer_idx, parallel, dtype, device)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, dtype, device)
+        self.mlp = SwiGLU(args.hidden_size, args.intermediate_size, parallel, dtype, device)
+
+    def forward(self, x: torch.Tensor, rope: RopeAngles, cache: KVCache, slots: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]; see Attention.forward for slots and mask."""
+        x = x + self.self_attn(self.input_layernorm(x), rope, cache, slots, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """HF's `model.*`: token embedding, the decoder layers and the final norm."""
+
+    def __init__(self, args: ModelArgs, parallel: ParallelState, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(
+            args.vocab_size, args.hidden_size, parallel=parallel, dtype=dtype, device=device
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(args, i, parallel, dtype, device) for i in range(args.num_layers)
+        )
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, dtype, device)
+
+    def forward(self, tokens: torch.Tensor, rope: RopeAngles, cache: KVCache, slots: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """tokens [T] int64 -> normed hidden states [T, hidden]."""
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, rope, cache, slots, mask)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """A Llama/Qwen2 decoder over an explicit KV cache: forward() -> hidden, logits() -> float32 logits."""
+
+    def __init__(self, args: ModelArgs, parallel: ParallelState = ParallelState(),
+                 dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.args = args
+        self.parallel = parallel
+        self.dtype = dtype
+        self.model = DecoderStack(args, parallel, dtype, device)
+        self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, parallel=parallel, dtype=dtype, device=device)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rope = RotaryEmbedding(
+            args.head_dim, args.rope_theta, args.rope_scaling,
+            min(args.max_position_embeddings, INITIAL_ROPE_LENGTH), dtype, device,
+        )
+
+    def new_cache(self, max_len: int) -> KVCache:
+        """An empty cache shaped for this model on this rank (local KV heads, model dtype and device)."""
+        attn = self.model.layers[0].self_attn
+        return KVCache(self.args.num_layers, max_len, attn.num_kv_heads, self.args.head_dim,
+                       self.dtype, self.lm_head.weight.device)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, slots: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """Run T tokens (a prompt chunk, one decode token, or a token tree) through the decoder.
+
+        tokens [T] int64, positions [T] int64 (RoPE positions, each < cache.max_len),
+        slots [T] int64 (cache rows to write this call's K/V to), mask [T, S] bool (True = may
+        attend; S = mask.shape[1] and every attended slot is < S). Returns hidden [T, hidden].
+        """
+        self.rope.ensure(cache.max_len)  # positions never exceed the cache length
+        return self.model(tokens, self.rope.angles(positions), cache, slots, mask)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [T, hidden] -> logits [T, vocab] float32."""
+        return self.lm_head(hidden).float()
+
+    def load_weights(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load HF-named tensors (q/k/v and gate/up separate), each rank taking its shard.
+
+        Raises WeightLoadError naming the missing and unexpected tensors, or a mismatched shape.
+        """
+        params = dict(self.named_parameters())
+        loaded: set[tuple[str, object]] = set()
+        unexpected: list[str] = []
+        for hf_name, tensor in named:
+            if self._ignored(hf_name):
+                continue
+            name, shard_id = _route(hf_name)
+            param = params.get(name)
+            if param is None:
+                unexpected.append(hf_name)
+                continue
+            loader = getattr(param, "weight_loader", default_weight_loader)
+            try:
+                with torch.no_grad():
+                    loader(param, tensor, shard_id)
+            except ValueError as err:
+                raise WeightLoadError(f"checkpoint tensor {hf_name}: {err}") from err
+            loaded.add((name, shard_id))
+        expected = {(n, s) for n, p in params.items() for s in getattr(p, "shard_ids", (None,))}
+        missing = sorted(_hf_name(n, s) for n, s in expected - loaded)
+        if missing or unexpected:
+            raise WeightLoadError(
+                f"checkpoint does not match the {self.args.arch} model: "
+                f"missing {_summary(missing)}; unexpected {_summary(sorted(unexpected))}"
+            )
+
+    def _ignored(self, hf_name: str) -> bool:
+        """Tensors a checkpoint may carry that the model does not need."""
+        if hf_name.endswith("rotary_emb.inv_freq"):  # old checkpoints store the RoPE table
+            return True
+        return self.args.tie_word_embeddings and hf_name == "lm_head.weight"  # a copy of embed_tokens
+
+
+def _route(hf_name: str) -> tuple[str, object]:
+    """HF tensor name -> (our parameter name, shard id or None)."""
+    parts = hf_name.split(".")
+    for i, part in enumerate(parts):
+        if part in PACKED_NAMES:
+            packed, shard_id = PACKED_NAMES[part]
+            return ".".join(parts[:i] + [packed] + parts[i + 1 :]), shard_id
+    return hf_name, None
+
+
+def _hf_name(name: str, shard_id: object) -> str:
+    """Our (parameter, shard id) -> the HF tensor name that supplies it."""
+    if shard_id is None:
+        return name
+    for hf_part, (packed, sid) in PACKED_NAMES.items():
+        if sid == shard_id and f".{packed}." in name:
+            return name.replace(f".{packed}.", f".{hf_part}.")
+    return f"{name}[{shard_id}]"
+
+
+def _summary(names: list[str], limit: int = 8) -> str:
+    if not names:
+        return "none"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"{len(names)} ({', '.join(names[:limit])}{more})"

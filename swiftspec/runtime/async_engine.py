@@ -1,0 +1,249 @@
+"""SwiftSpec's asynchronous, disaggregated engine (paper Algorithm 1), front end = target leader.
+
+This process is global rank 0: it leads the target group, verifies and decides every token.
+`generate --mode async` spawns the other ranks itself (draft group, target followers); under
+torchrun the same entry point reads RANK/WORLD_SIZE/MASTER_ADDR and ranks > 0 run worker loops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from swiftspec.config import EngineConfig, LoadConfig
+from swiftspec.errors import UserError
+from swiftspec.parallel.groups import Groups, Layout, init_groups, place_threads
+from swiftspec.runtime.base import GenerationStats, RequestState
+from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
+from swiftspec.runtime.target import TreeVerifier, ancestor_mask_from_parents
+from swiftspec.runtime.trace import CODE, Timeline, summarize, write_json
+from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+
+log = logging.getLogger("swiftspec")
+WARMUP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+INIT_TIMEOUT_S = 600.0  # loading a model on a busy machine can take minutes
+
+
+class WorkerFailure(UserError):
+    """A worker process died; the engine cannot continue."""
+
+
+class AsyncEngine:
+    """Target leader: receives subtrees, verifies them, sends back the verified tokens."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.layout = Layout(target_tp=config.target_tp, draft_tp=config.draft_tp)
+        self.verify_size = config.tree.verify_size
+        self.stats = GenerationStats()
+        self.trace_summary: dict = {}
+        self._closing = False
+        init_method = _torchrun_init(config, self.layout) or self._spawn_workers()
+        self.groups = init_groups(self.layout, 0, _backend(config), init_method, INIT_TIMEOUT_S)
+        target = _load_for_rank(config.target, config.target_load, self.groups, config.draft_cores)
+        self.tokenizer = target.tokenizer
+        self.max_seq_len = config.target_load.max_seq_len
+        self.verifier = TreeVerifier(target.model, self.max_seq_len, self.verify_size)
+        self.link = DistTransport(self.layout.draft_leader)
+        group = self.groups.parallel.group
+        self.followers = GroupBroadcast(group, 0) if self.layout.target_tp > 1 else None
+        self.depth = config.tree.depth or self._choose_depth()
+
+    def _spawn_workers(self) -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            init_method = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+        self.workers = mp.start_processes(_worker_entry, args=(self.config, self.layout, init_method),
+                                          nprocs=self.layout.world_size - 1, join=False, start_method="spawn")
+        threading.Thread(target=self._watchdog, daemon=True, name="swiftspec-watchdog").start()
+        return init_method
+
+    def _watchdog(self) -> None:
+        """A dead worker ends the whole command with a clear error instead of a hang."""
+        while not self._closing:
+            for index, proc in enumerate(self.workers.processes):
+                if not proc.is_alive() and not self._closing:
+                    rank = index + 1
+                    print(f"error: async worker rank {rank} ({self.layout.role(rank)} group) died "
+                          f"(exit code {proc.exitcode}); stopping", file=sys.stderr, flush=True)
+                    for other in self.workers.processes:
+                        other.kill()
+                    os._exit(3)
+            time.sleep(0.2)
+
+    def generate(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        max_new_tokens: int,
+        should_stop: Callable[[], bool] | None = None,
+        depth: int | None = None,
+    ) -> Iterator[list[int]]:
+        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
+        self.stats = req.stats
+        timeline = Timeline()
+        rng = make_generator(params.seed, self.verifier.runner.device)
+        prompt_t = torch.tensor(prompt, dtype=torch.long)
+        if self.followers is not None:
+            self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
+        first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
+        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth or self.depth, params=params))
+        out = req.emit(first)
+        if out:
+            yield out
+        while not req.done:
+            emitted, verified = self.step(params, rng, timeline)
+            out = req.emit(emitted)
+            self._send_verified(dataclasses.replace(verified, stop=req.done), timeline)
+            req.stats.rounds += 1
+            req.stats.accept_lengths.append(len(emitted))
+            if out:
+                yield out
+        self._finish(timeline, req.stats)
+
+    def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline) -> tuple[list[int], Verified]:
+        """One round on the target's critical path: receive, forward, verify, commit."""
+        with timeline.span("wait_tree"):
+            tree = self.link.recv()  # the draft's best bs-node subtree, grown while we verified
+        if not isinstance(tree, DraftTree):
+            raise WorkerFailure(f"protocol error: expected a draft tree, got {type(tree).__name__}")
+        if self.followers is not None:
+            self.followers.send(tree)
+        with timeline.span("forward"):
+            mask = ancestor_mask_from_parents(tree.parents)  # [n, n]
+            dev = self.verifier.runner.device
+            logits = self.verifier.forward_tree(tree.tokens.to(dev), tree.depths.to(dev), mask.to(dev))
+        with timeline.span("verify"):
+            acc = self.verifier.verify(tree.tokens.to(dev), tree.parents.to(dev), logits, params, rng)
+            self.verifier.commit(acc.nodes)
+            emitted = acc.tokens.tolist()  # the one host sync of the round
+        return emitted, Verified(tokens=acc.tokens.cpu(), nodes=acc.nodes.cpu(), stop=False)
+
+    def _send_verified(self, verified: Verified, timeline: Timeline) -> None:
+        with timeline.span("send_verified"):
+            self.link.send(verified)
+            if self.followers is not None:
+                self.followers.send(verified)
+
+    def _finish(self, timeline: Timeline, stats: GenerationStats) -> None:
+        """The draft reports its busy time and spans once the request stops."""
+        reply = self.link.recv()
+        if not isinstance(reply, Profile):
+            raise WorkerFailure(f"protocol error: expected the draft's report, got {type(reply).__name__}")
+        stats.draft_s = reply.seconds
+        stats.verify_s = sum(e - s for c, s, e in timeline.events if c in (CODE["forward"], CODE["verify"]))
+        target_ev = timeline.as_tensor()
+        self.trace_summary = summarize(target_ev, reply.events)
+        if self.config.trace:
+            write_json(self.config.trace, target_ev, reply.events)
+
+    def _choose_depth(self) -> int:
+        """d by profiling: time both sides at d = 1, then keep the faster of floor(t_t/t_d) and +1."""
+        prompt = self.tokenizer.encode(WARMUP_PROMPT)
+        self._warmup(prompt, 1)
+        spans = self.trace_summary
+        t_target = (spans["target"]["spans_s"].get("forward", 0.0)) / max(1, self.stats.rounds)
+        expands = max(1, self.stats.rounds + 1)
+        t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / expands
+        d0 = max(1, math.floor(t_target / max(t_draft, 1e-6)))
+        speed = {d: self._warmup(prompt, d) for d in (d0, d0 + 1)}
+        best = max(speed, key=speed.get)
+        log.warning("async: t_target %.1f ms, t_draft %.1f ms; d=%d: %.1f tok/s, d=%d: %.1f tok/s; using d=%d",
+                    1e3 * t_target, 1e3 * t_draft, d0, speed[d0], d0 + 1, speed[d0 + 1], best)
+        return best
+
+    def _warmup(self, prompt: list[int], depth: int) -> float:
+        for _ in self.generate(prompt, SamplingParams(), 24, depth=depth):
+            pass
+        return self.stats.tokens_per_s
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self.link.send(Shutdown())
+        if self.followers is not None:
+            self.followers.send(Shutdown())
+        workers = self.workers.processes if hasattr(self, "workers") else []
+        for proc in workers:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+        dist.destroy_process_group()
+
+
+def _backend(config: EngineConfig) -> str:
+    """Messages between groups are small CPU tensors (gloo); tensor parallelism on GPU uses NCCL."""
+    return "cpu:gloo,cuda:nccl" if config.target_load.device.startswith("cuda") else "gloo"
+
+
+def _torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
+    """Under torchrun, join through its environment; ranks > 0 serve as workers, then exit."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    if int(os.environ["WORLD_SIZE"]) != layout.world_size:
+        raise UserError(f"torchrun started {os.environ['WORLD_SIZE']} ranks; --target-tp + --draft-tp "
+                        f"needs {layout.world_size}")
+    rank = int(os.environ["RANK"])
+    if rank:
+        run_worker(config, layout, rank, "env://")
+        sys.exit(0)
+    return "env://"
+
+
+def _load_for_rank(source: str, load: LoadConfig, groups: Groups, draft_cores: int):
+    """Place this rank (CPU cores or its own GPU) and load its shard of the model."""
+    from swiftspec.weights import load_model
+
+    if load.device.startswith("cuda"):
+        device = f"cuda:{groups.rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+        load = dataclasses.replace(load, device=device)
+    else:
+        place_threads(groups.layout, groups.rank, draft_cores)
+    return load_model(source, load, groups.parallel)
+
+
+def _worker_entry(index: int, config: EngineConfig, layout: Layout, init_method: str) -> None:
+    """A spawned rank (index + 1): die with the front end, join the groups, serve until Shutdown."""
+    _die_with_parent()
+    run_worker(config, layout, index + 1, init_method)
+
+
+def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str) -> None:
+    from swiftspec.draft import TreeDrafter
+    from swiftspec.runtime.async_worker import GroupIO, draft_loop, target_follower_loop
+
+    groups = init_groups(layout, rank, _backend(config), init_method, INIT_TIMEOUT_S)
+    group = GroupBroadcast(groups.parallel.group, groups.leader) if groups.parallel.tp_size > 1 else None
+    link = DistTransport(groups.peer_leader) if groups.is_leader else None
+    io = GroupIO(link, group)
+    if groups.role == "draft":
+        draft = _load_for_rank(config.draft, config.draft_load, groups, config.draft_cores)
+        draft_loop(TreeDrafter(draft.model, config.tree, config.target_load.max_seq_len), io, config.tree.verify_size)
+    else:
+        target = _load_for_rank(config.target, config.target_load, groups, config.draft_cores)
+        target_follower_loop(TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size), io)
+    dist.destroy_process_group()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the front end exits, so no orphan survives it."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

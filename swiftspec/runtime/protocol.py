@@ -1,0 +1,203 @@
+"""Typed messages between the target and draft groups, and the transports that carry them.
+
+Vocabulary: the *target leader* (global rank 0) verifies and decides the tokens; the *draft
+leader* (global rank T) grows the tree. Only these cross between the groups: `Start` (a request's
+prompt, first token and sampling settings), `DraftTree` (the best bs-node subtree),
+`Verified` (the tokens emitted by a verification; `stop` ends the request), `Profile`, and
+`Shutdown`. Every message is encoded as int64/float64 tensors: a fixed-size header whose first
+entry is the message kind, then payload tensors whose sizes the header gives. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol, Union
+
+import torch
+import torch.distributed as dist
+
+from swiftspec.sampling import SamplingParams
+
+HEADER = 8
+
+
+class Kind(IntEnum):
+    START = 1
+    TREE = 2
+    VERIFIED = 3
+    PROFILE = 4
+    SHUTDOWN = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Begin a request: the draft prefills `prompt` and plants a tree at `first_token`."""
+
+    prompt: torch.Tensor  # [L] int64
+    first_token: int
+    depth: int  # d: draft expansions per round
+    params: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class DraftTree:
+    """A subtree to verify, root (the last verified token) first; parents[i] < i."""
+
+    tokens: torch.Tensor  # [n] int64
+    parents: torch.Tensor  # [n] int64, parents[0] = -1
+    depths: torch.Tensor  # [n] int64
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """The tokens one verification emitted (accepted drafts, then the bonus); stop ends the request.
+
+    nodes are the accepted subtree indices (root first), which tensor-parallel followers commit.
+    """
+
+    tokens: torch.Tensor  # [a + 1] int64
+    nodes: torch.Tensor  # [a + 1] int64
+    stop: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Ask the draft for its time per expansion (request), or report busy seconds and spans (reply).
+
+    events rows are (span code, start, end) in seconds since the epoch; see runtime/trace.py.
+    """
+
+    seconds: float = 0.0
+    events: torch.Tensor = torch.zeros(0, 3, dtype=torch.float64)  # [n, 3] float64
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Workers exit."""
+
+
+Message = Union[Start, DraftTree, Verified, Profile, Shutdown]
+
+
+def encode(msg: Message) -> list[torch.Tensor]:
+    """Header [HEADER] int64 followed by the payload tensors."""
+    head = torch.zeros(HEADER, dtype=torch.long)
+    if isinstance(msg, Start):
+        p = msg.params
+        head[:6] = torch.tensor([Kind.START, msg.prompt.numel(), msg.first_token, msg.depth,
+                                 int(p.seed is not None), p.seed or 0])
+        floats = torch.tensor([p.temperature, p.top_p, float(p.top_k), p.min_p], dtype=torch.float64)
+        return [head, floats, msg.prompt.long().cpu()]
+    if isinstance(msg, DraftTree):
+        head[:2] = torch.tensor([Kind.TREE, msg.tokens.numel()])
+        return [head, torch.stack([msg.tokens, msg.parents, msg.depths]).long().cpu()]
+    if isinstance(msg, Verified):
+        head[:3] = torch.tensor([Kind.VERIFIED, msg.tokens.numel(), int(msg.stop)])
+        return [head, torch.stack([msg.tokens, msg.nodes]).long().cpu()]
+    if isinstance(msg, Profile):
+        head[:2] = torch.tensor([Kind.PROFILE, msg.events.shape[0]])
+        return [head, torch.tensor([msg.seconds], dtype=torch.float64), msg.events.double().reshape(-1, 3)]
+    head[0] = Kind.SHUTDOWN
+    return [head]
+
+
+def payload_shapes(head: torch.Tensor) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Shapes and dtypes of the tensors that follow a header."""
+    kind, n = Kind(int(head[0])), int(head[1])
+    if kind == Kind.START:
+        return [((4,), torch.float64), ((n,), torch.long)]
+    if kind == Kind.TREE:
+        return [((3, n), torch.long)]
+    if kind == Kind.VERIFIED:
+        return [((2, n), torch.long)]
+    if kind == Kind.PROFILE:
+        return [((1,), torch.float64), ((n, 3), torch.float64)]
+    return []
+
+
+def decode(head: torch.Tensor, payload: list[torch.Tensor]) -> Message:
+    kind = Kind(int(head[0]))
+    if kind == Kind.START:
+        f = payload[0].tolist()
+        seed = int(head[5]) if int(head[4]) else None
+        params = SamplingParams(temperature=f[0], top_p=f[1], top_k=int(f[2]), min_p=f[3], seed=seed)
+        return Start(prompt=payload[1], first_token=int(head[2]), depth=int(head[3]), params=params)
+    if kind == Kind.TREE:
+        tokens, parents, depths = payload[0]
+        return DraftTree(tokens=tokens, parents=parents, depths=depths)
+    if kind == Kind.VERIFIED:
+        return Verified(tokens=payload[0][0], nodes=payload[0][1], stop=bool(int(head[2])))
+    if kind == Kind.PROFILE:
+        return Profile(seconds=float(payload[0][0]), events=payload[1])
+    return Shutdown()
+
+
+class Transport(Protocol):
+    """A point-to-point link between the two group leaders (or a leader and its followers)."""
+
+    def send(self, msg: Message) -> None: ...
+
+    def recv(self) -> Message: ...
+
+
+class DistTransport:
+    """torch.distributed point-to-point (gloo on CPU, NCCL on CUDA) between two global ranks."""
+
+    def __init__(self, peer: int, device: torch.device | str = "cpu") -> None:
+        self.peer = peer
+        self.device = torch.device(device)
+
+    def send(self, msg: Message) -> None:
+        for t in encode(msg):
+            dist.send(t.to(self.device), dst=self.peer)
+
+    def recv(self) -> Message:
+        head = torch.empty(HEADER, dtype=torch.long, device=self.device)
+        dist.recv(head, src=self.peer)
+        payload = [torch.empty(s, dtype=d, device=self.device) for s, d in payload_shapes(head.cpu())]
+        for t in payload:
+            dist.recv(t, src=self.peer)
+        return decode(head.cpu(), [t.cpu() for t in payload])
+
+
+class GroupBroadcast:
+    """The leader shares each message with its tensor-parallel followers (dist.broadcast)."""
+
+    def __init__(self, group: dist.ProcessGroup, leader: int, device: torch.device | str = "cpu") -> None:
+        self.group = group
+        self.leader = leader
+        self.device = torch.device(device)
+
+    def send(self, msg: Message) -> None:
+        for t in encode(msg):
+            dist.broadcast(t.to(self.device), src=self.leader, group=self.group)
+
+    def recv(self) -> Message:
+        head = torch.empty(HEADER, dtype=torch.long, device=self.device)
+        dist.broadcast(head, src=self.leader, group=self.group)
+        payload = [torch.empty(s, dtype=d, device=self.device) for s, d in payload_shapes(head.cpu())]
+        for t in payload:
+            dist.broadcast(t, src=self.leader, group=self.group)
+        return decode(head.cpu(), [t.cpu() for t in payload])
+
+
+class LocalTransport:
+    """Both ends in one process (threads), for tests: messages still go through encode/decode."""
+
+    def __init__(self, outbox: "queue.Queue[list[torch.Tensor]]", inbox: "queue.Queue[list[torch.Tensor]]") -> None:
+        self.outbox = outbox
+        self.inbox = inbox
+
+    @staticmethod
+    def pair() -> tuple["LocalTransport", "LocalTransport"]:
+        a, b = queue.Queue(), queue.Queue()
+        return LocalTransport(a, b), LocalTransport(b, a)
+
+    def send(self, msg: Message) -> None:
+        self.outbox.put([t.clone() for t in encode(msg)])
+
+    def recv(self) -> Message:
+        head, *payload = self.inbox.get()
+        return decode(head, payload)

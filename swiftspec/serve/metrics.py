@@ -1,0 +1,80 @@
+"""Prometheus metrics of one server app, in a registry of its own (no process-wide state)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from swiftspec.serve.scheduler import Job, JobEnd
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_ACCEPT_BUCKETS = tuple(float(n) for n in range(1, 17))
+
+
+class ServerMetrics:
+    """Request, token, latency and speculation metrics; `render()` is the /metrics body."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.requests = Counter("swiftspec_requests", "HTTP requests by endpoint and status",
+                                ("endpoint", "status"), registry=reg)
+        self.tokens = Counter("swiftspec_tokens", "Tokens processed, by kind (prompt|completion)",
+                              ("kind",), registry=reg)
+        self.ttft = Histogram("swiftspec_time_to_first_token_seconds",
+                              "Arrival to first token, queue wait included", buckets=_LATENCY_BUCKETS, registry=reg)
+        self.tpot = Histogram("swiftspec_time_per_output_token_seconds",
+                              "Mean time per token after the first, per request", buckets=_LATENCY_BUCKETS,
+                              registry=reg)
+        self.acceptance = Histogram("swiftspec_acceptance_length", "Tokens emitted per target forward",
+                                    buckets=_ACCEPT_BUCKETS, registry=reg)
+        self.draft = Counter("swiftspec_draft_seconds", "Time in draft forwards", registry=reg)
+        self.verify = Counter("swiftspec_verify_seconds", "Time in target forwards and verification", registry=reg)
+        self.queue = Gauge("swiftspec_queue_depth", "Requests waiting for the engine", registry=reg)
+
+    def watch_queue(self, depth: Callable[[], int]) -> None:
+        """Read the queue depth gauge from `depth()` at every scrape."""
+        self.queue.set_function(depth)
+
+    def observe(self, job: Job, end: JobEnd) -> None:
+        """Record one finished generation (called on the engine worker thread)."""
+        self.tokens.labels("prompt").inc(len(job.prompt))
+        self.tokens.labels("completion").inc(end.new_tokens)
+        if end.ttft_s is not None:
+            self.ttft.observe(end.ttft_s)
+        if end.new_tokens > 1:
+            self.tpot.observe(end.decode_s / (end.new_tokens - 1))
+        for accepted in end.stats.accept_lengths:
+            self.acceptance.observe(accepted)
+        self.draft.inc(end.stats.draft_s)
+        self.verify.inc(end.stats.verify_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestCounter:
+    """ASGI middleware: counts every HTTP response by endpoint and status code.
+
+    Paths outside `endpoints` are counted as "other", so random URLs cannot grow the label set.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics, endpoints: frozenset[str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        endpoint = scope["path"] if scope["path"] in self.endpoints else "other"
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.requests.labels(endpoint, str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counting_send)

@@ -1,0 +1,235 @@
+"""The OpenAI-compatible HTTP server: app wiring, auth, body limits, error mapping and `swiftspec serve`.
+
+Endpoints: POST /v1/completions, POST /v1/chat/completions (both may stream SSE), GET /v1/models,
+GET /health (never needs a key) and GET /metrics (Prometheus). Every error is an OpenAI error body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hmac
+import ipaddress
+import json
+import logging
+import os
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator, TypeVar
+
+import uvicorn
+from fastapi import Depends, FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from swiftspec.config import ServerConfig
+from swiftspec.errors import UserError
+from swiftspec.runtime.base import Engine
+from swiftspec.serve.generation import Plan, Service
+from swiftspec.serve.metrics import RequestCounter, ServerMetrics
+from swiftspec.serve.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, validation_error
+from swiftspec.serve.scheduler import Job, Scheduler
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+RequestT = TypeVar("RequestT", bound=BaseModel)
+
+
+def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
+    """An app serving `engine`; its worker thread starts and stops with the app's lifespan."""
+    metrics = ServerMetrics()
+    scheduler = Scheduler(engine, config.max_queue, on_end=metrics.observe)
+    metrics.watch_queue(lambda: scheduler.waiting)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        scheduler.start()
+        yield
+        scheduler.close()
+
+    app = FastAPI(title="SwiftSpec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = Service(engine=engine, config=config, scheduler=scheduler)
+    app.state.metrics = metrics
+    app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+    app.add_api_route("/health", _health, methods=["GET"])
+    auth = [Depends(_require_key)]
+    app.add_api_route("/v1/models", _models, methods=["GET"], dependencies=auth)
+    app.add_api_route("/metrics", _metrics, methods=["GET"], dependencies=auth)
+    app.add_api_route("/v1/completions", _completions, methods=["POST"], dependencies=auth)
+    app.add_api_route("/v1/chat/completions", _chat_completions, methods=["POST"], dependencies=auth)
+    return app
+
+
+class JobStream(StreamingResponse):
+    """An SSE response that cancels its job when it ends for any reason (done, error, client gone)."""
+
+    def __init__(self, service: Service, plan: Plan, job: Job) -> None:
+        super().__init__(service.stream(plan, job), media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})
+        self._scheduler = service.scheduler
+        self._job = job
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._scheduler.cancel(self._job)
+
+
+async def _health() -> dict:
+    return {"status": "ok"}
+
+
+async def _models(request: Request) -> dict:
+    service: Service = request.app.state.service
+    card = {"id": service.config.served_model_name, "object": "model", "created": 0, "owned_by": "swiftspec",
+            "max_model_len": service.engine.max_seq_len}
+    return {"object": "list", "data": [card]}
+
+
+async def _metrics(request: Request) -> Response:
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _completions(request: Request) -> Response:
+    service: Service = request.app.state.service
+    req = await _read_request(request, CompletionRequest, service.config.max_body_bytes)
+    service.check_model(req.model)
+    plan = service.plan(req, service.completion_prompt(req), chat=False, max_tokens=req.max_tokens)
+    return await _respond(service, plan, bool(req.stream), request)
+
+
+async def _chat_completions(request: Request) -> Response:
+    service: Service = request.app.state.service
+    req = await _read_request(request, ChatCompletionRequest, service.config.max_body_bytes)
+    service.check_model(req.model)
+    prompt = service.engine.tokenizer.chat([m.as_template_input() for m in req.messages])
+    plan = service.plan(req, prompt, chat=True, max_tokens=req.token_limit)
+    return await _respond(service, plan, bool(req.stream), request)
+
+
+async def _respond(service: Service, plan: Plan, stream: bool, request: Request) -> Response:
+    if stream:
+        return JobStream(service, plan, service.submit(plan))
+    return JSONResponse(await service.complete(plan, request))
+
+
+async def _read_request(request: Request, model: type[RequestT], max_bytes: int) -> RequestT:
+    """Read at most max_bytes of body, then decode UTF-8 and JSON and validate it against `model`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > max_bytes:
+            raise _too_large(max_bytes)
+    try:
+        data = json.loads(body.decode("utf-8"))
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates ("\ud800") are not text
+    except UnicodeError:
+        raise APIError(400, "the request body is not valid UTF-8 text", code="invalid_body") from None
+    except (ValueError, RecursionError) as exc:
+        raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def _too_large(max_bytes: int) -> APIError:
+    return APIError(413, f"the request body is larger than {max_bytes} bytes", code="request_too_large")
+
+
+async def _require_key(request: Request) -> None:
+    """Every endpoint but /health needs `Authorization: Bearer <key>` when the server has a key."""
+    key = request.app.state.service.config.api_key
+    if not key:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+        raise APIError(401, "missing or incorrect API key: send 'Authorization: Bearer <key>'",
+                       code="invalid_api_key")
+
+
+async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+    headers = {"Retry-After": "1"} if exc.status == 429 else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+async def _user_error(request: Request, exc: UserError) -> JSONResponse:
+    return await _api_error(request, APIError(400, str(exc) or type(exc).__name__))
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return await _api_error(request, APIError(exc.status_code, str(exc.detail), type=kind))
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    return await _api_error(request, APIError(500, "internal server error", type="server_error"))
+
+
+_FLAG_HELP = {
+    "host": "address to bind (default 127.0.0.1; anything else exposes the server)",
+    "port": "port to listen on (0 = any free port)",
+    "api_key": "require 'Authorization: Bearer <key>' (default: $SWIFTSPEC_API_KEY, else no key)",
+    "max_queue": "requests that may wait behind the running one; more get 429",
+    "max_tokens": "most new tokens one request may ask for (also the default)",
+    "max_body_bytes": "largest request body; larger ones get 413",
+    "max_prompt_tokens": "longest prompt in tokens (0 = the context length - 1)",
+    "served_model_name": "the model name clients send (default: the --model's file or directory name)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server flags of `swiftspec serve`, one per ServerConfig field (engine flags are added apart)."""
+    for f in dataclasses.fields(ServerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "api_key":
+            parser.add_argument(flag, default=os.environ.get("SWIFTSPEC_API_KEY", ""), help=_FLAG_HELP[f.name])
+        elif f.name == "served_model_name":
+            parser.add_argument(flag, default=None, help=_FLAG_HELP[f.name])
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default, help=_FLAG_HELP[f.name])
+
+
+def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The ServerConfig of parsed flags (raises ConfigError on bad values)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServerConfig)}
+    if values["served_model_name"] is None:
+        values["served_model_name"] = Path(args.model).name.removesuffix(".gguf") or "swiftspec"
+    return ServerConfig(**values)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`swiftspec serve`: build the engine from the engine flags and serve it until interrupted."""
+    from swiftspec.runtime import build_engine
+    from swiftspec.serve.engine_args import engine_config_from_args
+
+    config = server_config_from_args(args)
+    if not config.api_key and not _is_loopback(config.host):
+        log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)
+    engine = build_engine(engine_config_from_args(args))
+    try:
+        uvicorn.run(create_app(engine, config), host=config.host, port=config.port,
+                    timeout_graceful_shutdown=5, log_level="info")
+    finally:
+        engine.close()
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,130 @@
+"""Text <-> token ids: a thin wrapper over a transformers fast tokenizer, plus streaming detokenization.
+
+Built from a directory's tokenizer.json / tokenizer_config.json, or converted from a GGUF's
+metadata by transformers (the weights conversion cache then saves it as those two files).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from swiftspec.errors import UserError
+
+# Tokens that end a turn or a document in the Llama/Qwen families; each counts as EOS when the
+# vocabulary has it as a special token, in addition to the tokenizer's own eos_token.
+_END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
+
+
+class Tokenizer:
+    """encode / decode / chat over one HF tokenizer. `vocab_size` counts added tokens too."""
+
+    def __init__(self, hf: Any) -> None:  # hf: transformers.PreTrainedTokenizerBase
+        self._hf = hf
+        self.vocab_size: int = len(hf)
+        self.eos_token_ids: frozenset[int] = _eos_ids(hf)
+
+    @classmethod
+    def from_dir(cls, path: Path) -> "Tokenizer":
+        """Load tokenizer.json (+ tokenizer_config.json) from a model directory."""
+        if not (Path(path) / "tokenizer.json").is_file():
+            raise UserError(f"{path} has no tokenizer.json")
+        from transformers import AutoTokenizer
+
+        try:
+            return cls(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load the tokenizer in {path}: {_first_line(e)}") from None
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> "Tokenizer":
+        """Convert the tokenizer a GGUF describes in its metadata (takes a few seconds for 150k tokens)."""
+        from transformers import AutoTokenizer
+
+        path = Path(path).resolve()
+        try:
+            hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        except (OSError, ValueError, KeyError) as e:
+            raise UserError(f"cannot build a tokenizer from {path}: {_first_line(e)}") from None
+        return cls(hf)
+
+    def save(self, path: Path) -> None:
+        """Write tokenizer.json and tokenizer_config.json into path."""
+        self._hf.save_pretrained(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text, with the BOS token when the tokenizer adds one (Llama does, Qwen not)."""
+        return self._hf.encode(text, add_special_tokens=True)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._hf.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
+
+    def chat(self, messages: list[dict]) -> list[int]:
+        """Ids of messages rendered by the chat template, ending with the assistant's generation prompt."""
+        _check_messages(messages)
+        if not self._hf.chat_template:
+            raise UserError("this model's tokenizer has no chat template; send a plain completion prompt")
+        from jinja2 import TemplateError
+
+        try:
+            text = self._hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError as e:
+            raise UserError(f"chat template rejected the messages: {_first_line(e)}") from None
+        # The template writes BOS itself where the model wants one.
+        return self._hf.encode(text, add_special_tokens=False)
+
+
+class IncrementalDecoder:
+    """Turns a stream of token ids into text pieces that will not change, for token-by-token streaming.
+
+    Each push decodes a small window: text of ids[prefix:read] (already emitted) and of ids[prefix:].
+    A piece ending in U+FFFD is an incomplete UTF-8 sequence (a byte-level token split a character)
+    and is held back until later tokens complete it. Decoding from `prefix` rather than from `read`
+    keeps tokenizers that strip a leading space (sentencepiece) from eating the spaces between pieces.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._ids: list[int] = []
+        self._prefix = 0  # start of the decode window
+        self._read = 0  # ids before this index have been emitted
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text that became final (often '', never a partial character)."""
+        self._ids.append(int(token_id))
+        done = self._tokenizer.decode(self._ids[self._prefix : self._read])
+        full = self._tokenizer.decode(self._ids[self._prefix :])
+        if len(full) <= len(done) or full.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return full[len(done) :]
+
+    def flush(self) -> str:
+        """Text still held back at the end of the stream (may contain U+FFFD)."""
+        done = self._tokenizer.decode(self._ids[self._prefix : self._read])
+        full = self._tokenizer.decode(self._ids[self._prefix :])
+        self._prefix = self._read = len(self._ids)
+        return full[len(done) :]
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise UserError("messages must be a non-empty list of {role, content} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise UserError(f"messages[{i}] must be an object with string 'role' and 'content'")
+        if m["role"] not in ("system", "user", "assistant", "tool"):
+            raise UserError(f"messages[{i}] has unknown role {m['role']!r}")
+
+
+def _eos_ids(hf: Any) -> frozenset[int]:
+    ids = {hf.eos_token_id} if hf.eos_token_id is not None else set()
+    vocab = hf.get_vocab()
+    special = set(hf.all_special_tokens) | {t.content for t in hf.added_tokens_decoder.values() if t.special}
+    ids.update(vocab[t] for t in _END_MARKERS if t in vocab and t in special)
+    return frozenset(ids)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,37 @@
+"""Token trees: the TokenTree type, growth, subtree selection, draft masks and re-rooting (pure)."""
+
+from swiftspec.tree.grow import grow, sample_children, select_leaves, topk_children
+from swiftspec.tree.reroot import Reroot, reroot
+from swiftspec.tree.subtree import Subtree, draft_mask, select_subtree
+from swiftspec.tree.tree import (
+    TokenTree,
+    ancestor_mask,
+    depths,
+    depths_from_parents,
+    mask_from_parents,
+    new_tree,
+    path_to,
+    positions,
+    sibling_links,
+)
+
+__all__ = [
+    "Reroot",
+    "Subtree",
+    "TokenTree",
+    "ancestor_mask",
+    "depths",
+    "depths_from_parents",
+    "draft_mask",
+    "grow",
+    "mask_from_parents",
+    "new_tree",
+    "path_to",
+    "positions",
+    "reroot",
+    "sample_children",
+    "select_leaves",
+    "select_subtree",
+    "sibling_links",
+    "topk_children",
+]

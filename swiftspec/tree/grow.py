@@ -1,0 +1,79 @@
+"""Parallel tree growth: pick the w best unexpanded leaves, then append their children.
+
+Growth does not care how the child distributions were computed (draft model, test table).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from swiftspec.tree.tree import TokenTree
+
+
+def select_leaves(tree: TokenTree, width: int) -> Tensor:
+    """Indices [<= width] of the best unexpanded nodes by weight, ties to the lower index.
+
+    Best first. Syncs once to drop expanded nodes when fewer than `width` are unexpanded.
+    """
+    by_weight = tree.weights.sort(descending=True, stable=True).indices  # index order on ties
+    unexpanded_first = tree.expanded[by_weight].to(torch.uint8).sort(stable=True).indices
+    best = by_weight[unexpanded_first][:width]
+    return best[~tree.expanded[best]]
+
+
+def topk_children(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Deterministic drafting: the k most likely tokens of each row.
+
+    logprobs [w, V] -> (tokens [w, k] int64, logprobs [w, k] float32); distinct per row.
+    """
+    top = logprobs.float().topk(k, dim=-1)
+    return top.indices, top.values
+
+
+def sample_children(probs: Tensor, k: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Sampled drafting: k distinct tokens per row drawn without replacement from probs [w, V].
+
+    Returns (tokens [w, k] int64, logprobs [w, k] float32) in draw order (exponential race,
+    i.e. Gumbel-top-k): child j was drawn from probs with children 0..j-1 removed, which is
+    what verify_stochastic(deterministic=False) assumes. Rows need k tokens of nonzero mass.
+    """
+    race = torch.empty(probs.shape, dtype=torch.float32, device=probs.device)
+    race.exponential_(generator=generator).clamp_min_(torch.finfo(torch.float32).tiny)
+    tokens = (probs.float() / race).topk(k, dim=-1).indices
+    return tokens, probs.float().gather(-1, tokens).log()
+
+
+def grow(
+    tree: TokenTree,
+    leaves: Tensor,  # [w] int64, unexpanded nodes of `tree`
+    child_tokens: Tensor,  # [w, k] int64, distinct within a row
+    child_logprobs: Tensor,  # [w, k] float32, log-prob of each child given its leaf
+    budget: int,
+) -> TokenTree:
+    """Mark `leaves` expanded and append their children, never exceeding `budget` nodes.
+
+    A child's weight is its leaf's weight plus its log-prob. When not all children fit, the
+    best by weight are kept (ties to the lower leaf-major position), appended leaf-major.
+    """
+    n = len(tree)
+    if budget < n:
+        raise ValueError(f"tree already holds {n} nodes, more than the budget {budget}")
+    expanded = tree.expanded.clone()
+    expanded[leaves] = True
+    logprobs = child_logprobs.float().reshape(-1)  # [w * k], leaf-major
+    weights = (tree.weights[leaves].unsqueeze(-1) + child_logprobs.float()).reshape(-1)
+    parents = leaves.unsqueeze(-1).expand(child_tokens.shape).reshape(-1)
+    tokens = child_tokens.reshape(-1)
+    room = budget - n
+    if tokens.shape[0] > room:
+        keep = weights.sort(descending=True, stable=True).indices[:room].sort().values
+        tokens, parents, logprobs, weights = tokens[keep], parents[keep], logprobs[keep], weights[keep]
+    # Every new parent is an old node, so appending keeps parent < child.
+    return TokenTree(
+        tokens=torch.cat([tree.tokens, tokens]),
+        parents=torch.cat([tree.parents, parents]),
+        logprobs=torch.cat([tree.logprobs, logprobs]),
+        weights=torch.cat([tree.weights, weights]),
+        expanded=torch.cat([expanded, torch.zeros_like(tokens, dtype=torch.bool)]),
+    )

@@ -1,0 +1,66 @@
+"""What leaves the tree: the best-bs subtree for the target, and the draft's non-square mask."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from swiftspec.tree.tree import TokenTree, ancestor_mask
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Subtree:
+    """An ancestor-closed set of tree nodes containing the root, in local indexing."""
+
+    nodes: Tensor  # [n] int64 tree indices, ascending (root first)
+    tokens: Tensor  # [n] int64
+    parents: Tensor  # [n] int64 local indices; -1 for the root
+    depths: Tensor  # [n] int64; root 0
+    mask: Tensor  # [n, n] bool; row i marks i and its ancestors
+
+
+def select_subtree(tree: TokenTree, size: int) -> Subtree:
+    """The `size` best nodes by weight (root always in), as a Subtree. No host sync.
+
+    Nodes are ranked by the smallest weight on their root path, ties to the lower index. That
+    key never grows from parent to child and a parent's index is lower, so the chosen set is
+    ancestor-closed even with float ties or log-probs above 0. With log-probs <= 0 the key is
+    the weight, and the set has the largest total weight of any ancestor-closed set its size.
+    """
+    mask = ancestor_mask(tree)  # [N, N]
+    inf = torch.tensor(float("inf"), device=mask.device)
+    key = torch.where(mask, tree.weights, inf).amin(-1)
+    nodes = key.sort(descending=True, stable=True).indices[:size].sort().values
+    local = torch.full_like(tree.parents, -1)
+    local[nodes] = torch.arange(nodes.shape[0], device=nodes.device)
+    parents = tree.parents[nodes]
+    sub_mask = mask[nodes][:, nodes]
+    return Subtree(
+        nodes=nodes,
+        tokens=tree.tokens[nodes],
+        parents=torch.where(parents >= 0, local[parents.clamp_min(0)], parents),
+        depths=sub_mask.sum(-1) - 1,
+        mask=sub_mask,
+    )
+
+
+def draft_mask(
+    tree: TokenTree,
+    leaves: Tensor,  # [w] int64 nodes the draft expands in this forward
+    node_slot: Tensor,  # [N] int64 KV-cache slot of each node, -1 where it has none
+    prefix_len: int,
+    width: int,
+) -> Tensor:
+    """Attention mask [w, width] bool for one draft forward over `leaves`. No host sync.
+
+    Row i sees every slot below prefix_len (the verified prefix) and the slots of leaf i and
+    of its ancestors. Slots must lie below `width`; unused columns stay False (static shape).
+    """
+    paths = ancestor_mask(tree)[leaves] & (node_slot >= 0)  # [w, N]
+    columns = torch.where(paths, node_slot, width)  # `width` is a scratch column
+    mask = torch.zeros(leaves.shape[0], width + 1, dtype=torch.bool, device=leaves.device)
+    mask.scatter_(1, columns, True)
+    mask[:, :prefix_len] = True
+    return mask[:, :width]

@@ -1,0 +1,112 @@
+"""TokenTree, the one tree type, plus the structure derived from it (depth, masks, sibling links).
+
+Invariant: node 0 is the root (parent -1) and every parent index is smaller than its child's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TokenTree:
+    """Draft proposals hanging off the last verified token (the root, index 0)."""
+
+    tokens: Tensor  # [N] int64
+    parents: Tensor  # [N] int64; parents[0] == -1, parents[i] < i
+    logprobs: Tensor  # [N] float32; draft log-prob of the token given its parent (root: 0)
+    weights: Tensor  # [N] float32; sum of logprobs from the root (root: 0)
+    expanded: Tensor  # [N] bool; the draft already computed this node's next-token distribution
+
+    def __post_init__(self) -> None:
+        n = self.tokens.shape
+        fields = (self.tokens, self.parents, self.logprobs, self.weights, self.expanded)
+        if len(n) != 1 or n[0] < 1 or any(f.shape != n for f in fields):
+            raise ValueError("TokenTree fields must be 1-D tensors of one length >= 1")
+        dtypes = (torch.int64, torch.int64, torch.float32, torch.float32, torch.bool)
+        if any(f.dtype != d for f, d in zip(fields, dtypes)):
+            raise ValueError("TokenTree dtypes are int64, int64, float32, float32, bool")
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+def new_tree(root_token: int, device: torch.device | str = "cpu") -> TokenTree:
+    """A tree holding only its root: one unexpanded node."""
+    return TokenTree(
+        tokens=torch.tensor([root_token], dtype=torch.int64, device=device),
+        parents=torch.tensor([-1], dtype=torch.int64, device=device),
+        logprobs=torch.zeros(1, dtype=torch.float32, device=device),
+        weights=torch.zeros(1, dtype=torch.float32, device=device),
+        expanded=torch.zeros(1, dtype=torch.bool, device=device),
+    )
+
+
+def _jumps(num_nodes: int) -> int:
+    """Pointer-jumping rounds needed to cover paths of num_nodes - 1 edges (a static count)."""
+    return max(num_nodes - 2, 0).bit_length()
+
+
+def depths_from_parents(parents: Tensor) -> Tensor:
+    """Depth of every node (root 0): parents [..., N] -> [..., N] int64, no host sync."""
+    depth = (parents >= 0).long()  # distance from each node to `up`
+    up = parents.clamp_min(0)  # the root points at itself
+    for _ in range(_jumps(parents.shape[-1])):
+        depth = depth + depth.gather(-1, up)
+        up = up.gather(-1, up)
+    return depth
+
+
+def mask_from_parents(parents: Tensor) -> Tensor:
+    """Ancestor-or-self relation: parents [..., N] -> [..., N, N] bool, row i marks i's path."""
+    n = parents.shape[-1]
+    up = parents.clamp_min(0)
+    mask = torch.eye(n, dtype=torch.bool, device=parents.device).expand(*parents.shape, n)
+    mask = mask | torch.nn.functional.one_hot(up, n).bool()  # rows cover paths of 1 edge
+    for _ in range(_jumps(n)):
+        # Row i gains the row of its 2^j-th ancestor: coverage doubles each round.
+        mask = mask | mask.gather(-2, up.unsqueeze(-1).expand(*up.shape, n))
+        up = up.gather(-1, up)
+    return mask
+
+
+def sibling_links(parents: Tensor) -> tuple[Tensor, Tensor]:
+    """First child and next sibling (by index) of every node, -1 where none.
+
+    parents [..., N] -> (first_child [..., N], next_sibling [..., N]), both int64.
+    """
+    n = parents.shape[-1]
+    index = torch.arange(n, device=parents.device)
+    none = torch.full_like(parents, n)
+    is_child = parents.unsqueeze(-2) == index.unsqueeze(-1)  # [..., parent, child]
+    first = torch.where(is_child, index, none.unsqueeze(-1)).amin(-1)
+    later = (index.unsqueeze(-1) < index) & (parents.unsqueeze(-1) == parents.unsqueeze(-2))
+    nxt = torch.where(later, index, none.unsqueeze(-1)).amin(-1)
+    return first.masked_fill(first == n, -1), nxt.masked_fill(nxt == n, -1)
+
+
+def depths(tree: TokenTree) -> Tensor:
+    """[N] int64 depth of each node; the root has depth 0."""
+    return depths_from_parents(tree.parents)
+
+
+def positions(tree: TokenTree, prefix_len: int) -> Tensor:
+    """[N] int64 sequence position of each node: the root sits at prefix_len."""
+    return depths(tree) + prefix_len
+
+
+def ancestor_mask(tree: TokenTree) -> Tensor:
+    """[N, N] bool; row i is True at i and at each of its ancestors."""
+    return mask_from_parents(tree.parents)
+
+
+def path_to(tree: TokenTree, node: int) -> Tensor:
+    """Indices root .. node (inclusive), int64. Walks on the host."""
+    parents = tree.parents.tolist()
+    path = [node]
+    while parents[path[-1]] >= 0:
+        path.append(parents[path[-1]])
+    return torch.tensor(path[::-1], dtype=torch.int64, device=tree.parents.device)

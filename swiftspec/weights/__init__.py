@@ -1,0 +1,75 @@
+"""Model loading: a bundled name, a .gguf file or an HF directory -> Transformer + Tokenizer.
+
+A GGUF is converted once into the cache (see convert.py) and every load then reads an HF-style
+directory; bundled names are pulled on first use (see bundled.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from swiftspec.config import LoadConfig
+from swiftspec.errors import UserError
+from swiftspec.model.args import ModelArgs
+from swiftspec.model.transformer import Transformer
+from swiftspec.parallel.state import ParallelState
+from swiftspec.tokenizer import Tokenizer
+from swiftspec.weights.bundled import BUNDLED, cache_dir, ensure_pulled
+from swiftspec.weights.convert import ensure_converted
+from swiftspec.weights.safetensors import HFCheckpoint, open_hf_dir
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A model ready to run, with the tokenizer that goes with it."""
+
+    args: ModelArgs
+    model: Transformer
+    tokenizer: Tokenizer
+    path: Path  # the GGUF file or HF directory the weights came from
+
+
+def load_model(
+    source: str, load: LoadConfig, parallel: ParallelState = ParallelState(), *, cache: Path | None = None
+) -> LoadedModel:
+    """Load `source` (bundled model name, .gguf path or HF directory) with load's dtype and device."""
+    dtype = DTYPES[load.dtype]
+    path = resolve_source(source, cache)
+    ckpt = open_checkpoint(path, dtype, cache)
+    tokenizer = Tokenizer.from_dir(ckpt.path)
+    model = Transformer(ckpt.args, parallel=parallel, dtype=dtype, device=load.device)
+    model.load_weights(ckpt.tensors(dtype))
+    return LoadedModel(ckpt.args, model.eval(), tokenizer, path)
+
+
+def resolve_source(source: str, cache: Path | None = None) -> Path:
+    """The local GGUF file or HF directory behind source, pulling a bundled model if needed."""
+    if source in BUNDLED:
+        return ensure_pulled(source, cache)
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise UserError(f"model not found: {source} (not a file, a directory or one of: {', '.join(BUNDLED)})")
+    if path.is_dir() or path.suffix == ".gguf" or _has_gguf_magic(path):
+        return path
+    raise UserError(f"{source} is neither a GGUF file nor an HF model directory")
+
+
+def open_checkpoint(path: Path, dtype: torch.dtype, cache: Path | None = None) -> HFCheckpoint:
+    """An HF directory as is; a GGUF through the conversion cache (converted on first use)."""
+    if path.is_dir():
+        return open_hf_dir(path)
+    return open_hf_dir(ensure_converted(path, dtype, cache or cache_dir()))
+
+
+def _has_gguf_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == _GGUF_MAGIC
+
+
+__all__ = ["DTYPES", "LoadedModel", "load_model", "open_checkpoint", "resolve_source"]

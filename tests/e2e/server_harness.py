@@ -1,0 +1,85 @@
+"""Shared pieces of the server tests: a real uvicorn server on a free loopback port in a thread,
+the tiny engine, and a scripted engine whose output the text tests choose token by token."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import uvicorn
+
+from swiftspec.config import EngineConfig, LoadConfig, ServerConfig
+from swiftspec.runtime import build_engine
+from swiftspec.runtime.base import Engine, GenerationStats
+from swiftspec.sampling import SamplingParams
+from swiftspec.serve.server import create_app
+from swiftspec.testing import make_tiny_checkpoint
+from swiftspec.tokenizer import Tokenizer
+
+MODEL = "tiny"
+
+
+def tiny_engine(root: Path, max_seq_len: int = 256) -> Engine:
+    """The autoregressive engine over a fresh tiny Qwen2 checkpoint (float32, CPU)."""
+    path = make_tiny_checkpoint(root / "tiny-qwen2")
+    config = EngineConfig(mode="ar", target=str(path), target_load=LoadConfig(dtype="float32", max_seq_len=max_seq_len))
+    return build_engine(config)
+
+
+class LiveServer:
+    """`with LiveServer(engine, **server_settings) as srv:` serves on srv.url until the block ends."""
+
+    def __init__(self, engine: Engine, **settings: object) -> None:
+        config = ServerConfig(port=0, served_model_name=MODEL, **settings)
+        self.app = create_app(engine, config)
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning",
+                                                     timeout_graceful_shutdown=2))
+        self._thread = threading.Thread(target=self._server.run, name="test-uvicorn", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> "LiveServer":
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "the test server did not shut down"
+
+
+class ScriptedEngine:
+    """Yields the same scripted rounds of token ids for any prompt, `round_s` seconds apart."""
+
+    def __init__(self, tokenizer: Tokenizer, rounds: list[list[int]], round_s: float = 0.0,
+                 max_seq_len: int = 256) -> None:
+        self.tokenizer = tokenizer
+        self.rounds = rounds
+        self.round_s = round_s
+        self.max_seq_len = max_seq_len
+        self.stats = GenerationStats()
+
+    def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
+                 should_stop: Callable[[], bool] | None = None) -> Iterator[list[int]]:
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        left = max_new_tokens
+        for ids in self.rounds:
+            time.sleep(self.round_s)
+            out = ids[:left]
+            left -= len(out)
+            self.stats.new_tokens += len(out)
+            self.stats.accept_lengths.append(len(out))
+            yield out
+            if left <= 0 or (should_stop is not None and should_stop()):
+                return
+
+    def close(self) -> None:
+        self.rounds = []
