@@ -136,7 +136,13 @@ def random_weights(args: ModelArgs, seed: int) -> dict[str, torch.Tensor]:
         return torch.randn(*shape, generator=gen) * std
 
     h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-    w = {"model.embed_tokens.weight": normal(args.vocab_size, h, std=0.1), "model.norm.weight": 1 + normal(h, std=0.1)}
+    # Small embeddings keep the residual stream dominated by the layers: with tied embeddings a
+    # large one makes every token predict itself. The final norm then restores O(1) logits.
+    final_gain = 0.5 * h**0.5 if args.tie_word_embeddings else 1.0
+    w = {
+        "model.embed_tokens.weight": normal(args.vocab_size, h, std=0.02),
+        "model.norm.weight": final_gain * (1 + normal(h, std=0.1)),
+    }
     for i in range(args.num_layers):
         p = f"model.layers.{i}."
         shapes = {"self_attn.q_proj": (q, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),

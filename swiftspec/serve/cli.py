@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_mod.add_arguments(bench)
 
+    demo = sub.add_parser("demo", help="complete a HumanEval prompt: async SwiftSpec beside ar")
+    add_engine_arguments(demo, with_mode=False)
+    from swiftspec.serve import demo as demo_mod
+
+    demo_mod.add_arguments(demo)
+
     models = sub.add_parser("models", help="the bundled default model pair")
     models.add_argument("action", choices=("list", "pull"))
     models.add_argument("names", nargs="*", help="models to pull (default: the default pair)")
@@ -98,6 +104,10 @@ def run(argv: list[str] | None = None) -> int:
         from swiftspec.serve import server
 
         return server.run(args)
+    if args.command == "demo":
+        from swiftspec.serve import demo
+
+        return demo.run(args, engine_config_from_args(args, mode="ar"))
     if args.command == "bench":
         from swiftspec import bench
 

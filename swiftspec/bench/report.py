@@ -1,0 +1,127 @@
+"""The bench's outputs: report.json (everything), report.md (tables) and the machine description."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from swiftspec.bench.summary import DEFINITIONS
+
+
+def machine_info(threads: int) -> dict:
+    """CPU model, cores, threads, library versions, git commit, date and the command line."""
+    import transformers
+
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "git_commit": _git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str | None:
+    """HEAD of the checkout this package runs from, with `-dirty` when the tree has changes."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def write_json(report: dict, path: Path) -> None:
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _row(name: str, m: dict) -> str:
+    tps = m["tokens_per_s"]
+    roof = m["roofline"]
+    matches = {True: "yes", False: "no", None: "—"}[m["matches_ar"]]
+    if m["first_divergence"] and m["first_divergence"]["tie"]:
+        matches += " (tie)"
+    cells = [
+        f"`{name}`", _fmt(tps["mean"], ".1f"), _fmt(tps["median"], ".1f"),
+        f"{tps['p10']:.1f}–{tps['p90']:.1f}", _fmt(m["ttft_s"], ".3f"), _fmt(m["tpot_s"] * 1e3, ".1f"),
+        _fmt(m["acceptance_length"]), matches, _fmt(m["speedup_vs_hf_ar"], suffix="×"),
+        _fmt(m["speedup_vs_ar"], suffix="×"), _fmt(roof["bound_tokens_per_s"], ".1f"),
+        _fmt(None if roof["fraction_of_bound"] is None else 100 * roof["fraction_of_bound"], ".0f", "%"),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(report: dict) -> str:
+    """A human summary of report.json: settings, the speed table, notes and definitions."""
+    mach, s = report["machine"], report["settings"]
+    lines = [
+        "# SwiftSpec benchmark",
+        "",
+        f"{mach['cpu']}, {mach['cores']} cores, {mach['threads']} threads; torch {mach['torch']}, "
+        f"transformers {mach['transformers']}; commit `{mach['git_commit']}`; {mach['date']}.",
+        f"{s['prompts']} prompts from {s['dataset']}, {s['max_tokens']} new tokens, temperature "
+        f"{s['temperature']}, seed {s['seed']}, {s['warmup']} warm-up runs per mode; measured read bandwidth "
+        f"{report['bandwidth_gb_s']:.1f} GB/s.",
+        "",
+        "| mode | tok/s mean | median | p10–p90 | TTFT s | TPOT ms | accept len | = ar | vs hf-ar | vs ar "
+        "| roofline tok/s | of roofline |",
+        "|" + "---|" * 12,
+    ]
+    lines += [_row(name, m) for name, m in report["modes"].items()]
+    lines += ["", "Backends:"] + [f"- `{n}`: {m['backend']}" for n, m in report["modes"].items()]
+    divergent = {n: m["first_divergence"] for n, m in report["modes"].items() if m["first_divergence"]}
+    if divergent:
+        lines += ["", "First divergence from `ar`:"]
+        lines += [f"- `{n}`: prompt {d['prompt']}, token {d['token_index']} (ar {d['ar_token']}, "
+                  f"mode {d['mode_token']}), tie: {d['tie']}, gap {_fmt(d['logit_gap'], '.4g')} "
+                  f"vs tolerance {_fmt(d['tolerance'], '.4g')}" for n, d in divergent.items()]
+    if report["skipped"]:
+        lines += ["", "Skipped:"] + [f"- `{n}`: {why}" for n, why in report["skipped"].items()]
+    lines += ["", "Definitions:"] + [f"- {k}: {v}" for k, v in DEFINITIONS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    path.write_text(markdown(report))
+
+
+def print_roofline(report: dict) -> None:
+    """One line per mode on stderr: achieved tok/s against its bandwidth bound."""
+    print(f"roofline: read bandwidth {report['bandwidth_gb_s']:.1f} GB/s", file=sys.stderr)
+    for name, m in report["modes"].items():
+        roof = m["roofline"]
+        frac = roof["fraction_of_bound"]
+        print(f"  {name:>16}: {m['tokens_per_s']['mean']:7.1f} tok/s of {roof['bound_tokens_per_s']:7.1f} bound "
+              f"({_fmt(None if frac is None else 100 * frac, '.0f', '%')}), "
+              f"{roof['bytes_per_token'] / 1e6:.0f} MB/token", file=sys.stderr)
