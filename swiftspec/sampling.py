@@ -41,8 +41,8 @@ class SamplingParams:
 def process_logits(logits: Tensor, params: SamplingParams) -> Tensor:
     """Turn raw logits into the distribution we sample from: float32 probs, rows sum to 1.
 
-    Order: temperature, top-k, softmax, top-p, min-p, renormalise. Greedy gives the one-hot
-    of the argmax (lowest index on ties), so greedy is a special case of sampling.
+    Order: temperature, top-k (keeps every token tied with the k-th), softmax, top-p, min-p,
+    renormalise. Greedy gives the one-hot of the argmax (lowest index on ties).
     """
     logits = logits.float()  # [..., V]
     vocab = logits.shape[-1]
@@ -89,3 +89,18 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     else:
         generator.manual_seed(seed)
     return generator
+
+
+def pick_tokens(logits: Tensor, params: SamplingParams, generator: torch.Generator | None) -> Tensor:
+    """One token per row of logits [N, V] -> [N] int64: argmax when greedy, else a sample of p."""
+    if params.greedy:
+        return logits.argmax(-1)
+    return sample(process_logits(logits, params), generator)
+
+
+def draft_logprobs(logits: Tensor, params: SamplingParams) -> Tensor:
+    """Draft ranking scores [N, V] float32: log of the draft's distribution under the request's
+    processors (plain log-softmax when greedy). Tokens with no mass get a large finite negative."""
+    if params.greedy:
+        return torch.log_softmax(logits.float(), dim=-1)
+    return process_logits(logits, params).clamp_min(1e-30).log()

@@ -6,6 +6,7 @@ metadata by transformers (the weights conversion cache then saves it as those tw
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,23 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, path: Path) -> "Tokenizer":
-        """Load tokenizer.json (+ tokenizer_config.json) from a model directory."""
-        if not (Path(path) / "tokenizer.json").is_file():
-            raise UserError(f"{path} has no tokenizer.json")
-        from transformers import AutoTokenizer
+        """Load tokenizer.json, with special tokens and chat template from tokenizer_config.json.
 
+        Builds the fast tokenizer directly: AutoTokenizer parses a 150k-token tokenizer.json in
+        Python several times over (~2 s), which would dominate a cached model load.
+        """
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file():
+            raise UserError(f"{path} has no tokenizer.json")
+        import tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        config = _read_config(path)
         try:
-            return cls(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot load the tokenizer in {path}: {_first_line(e)}") from None
+            backend = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+        except Exception as e:  # the tokenizers library raises plain Exception on a bad file
+            raise UserError(f"cannot load {path / 'tokenizer.json'}: {_first_line(e)}") from None
+        return cls(PreTrainedTokenizerFast(tokenizer_object=backend, **config))
 
     @classmethod
     def from_gguf(cls, path: Path) -> "Tokenizer":
@@ -115,6 +124,29 @@ def _check_messages(messages: Any) -> None:
             raise UserError(f"messages[{i}] must be an object with string 'role' and 'content'")
         if m["role"] not in ("system", "user", "assistant", "tool"):
             raise UserError(f"messages[{i}] has unknown role {m['role']!r}")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """The tokenizer_config.json settings the wrapper uses: special tokens, chat template, max length."""
+    file = path / "tokenizer_config.json"
+    try:
+        raw = json.loads(file.read_text()) if file.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise UserError(f"bad {file}: {e}") from None
+    config = {}
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        token = raw.get(key)
+        if isinstance(token, dict):  # older files store an AddedToken object
+            token = token.get("content")
+        if isinstance(token, str):
+            config[key] = token
+    template = path / "chat_template.jinja"  # transformers >= 4.54 saves the template beside the config
+    chat_template = raw.get("chat_template") or (template.read_text() if template.is_file() else None)
+    if chat_template:
+        config["chat_template"] = chat_template
+    if isinstance(raw.get("model_max_length"), int):
+        config["model_max_length"] = raw["model_max_length"]
+    return config
 
 
 def _eos_ids(hf: Any) -> frozenset[int]:

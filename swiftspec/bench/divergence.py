@@ -81,8 +81,9 @@ def compare_to_ar(
     mode: list[list[int]],
     prompts: list[list[int]],
     probe: TieProbe | None,
-) -> Divergence | None:
-    """The first divergence of `mode` from `ar` over the prompts in order; None when all match."""
+) -> list[Divergence]:
+    """The first divergence of `mode` from `ar` on each prompt where they differ (empty: all match)."""
+    found = []
     for p, (ref, got) in enumerate(zip(ar, mode)):
         i = first_mismatch(ref, got)
         if i is None:
@@ -90,8 +91,9 @@ def compare_to_ar(
         ar_token = ref[i] if i < len(ref) else None
         mode_token = got[i] if i < len(got) else None
         if probe is None or len(prompts[p]) + i >= probe.load.max_seq_len:
-            return Divergence(p, i, None, ar_token, mode_token)
+            found.append(Divergence(p, i, None, ar_token, mode_token))
+            continue
         top2 = probe.top2(prompts[p] + ref[:i])
         gap = float(top2[0] - top2[1])
-        return Divergence(p, i, probe.is_tie(gap, top2), ar_token, mode_token, gap, probe.tolerance(top2))
-    return None
+        found.append(Divergence(p, i, probe.is_tie(gap, top2), ar_token, mode_token, gap, probe.tolerance(top2)))
+    return found

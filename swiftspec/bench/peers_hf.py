@@ -122,8 +122,8 @@ class HFRunner:
             tokens=tokens,
             ttft_s=streamer.first_s,
             total_s=total,
-            rounds=len(streamer.chunks),
-            round_tokens=sum(streamer.chunks),
+            rounds=len(streamer.chunks),  # one chunk per target forward (the prefill's included)
+            round_tokens=len(tokens),  # the chunks' sum, less a final EOS
             draft_forwards=self.draft_calls.calls if self.assistant is not None else None,
         )
 

@@ -70,8 +70,8 @@ def _row(name: str, m: dict) -> str:
     tps = m["tokens_per_s"]
     roof = m["roofline"]
     matches = {True: "yes", False: "no", None: "—"}[m["matches_ar"]]
-    if m["first_divergence"] and m["first_divergence"]["tie"]:
-        matches += " (tie)"
+    if m["divergences"] and all(d["tie"] for d in m["divergences"]):
+        matches += " (ties)"
     cells = [
         f"`{name}`", _fmt(tps["mean"], ".1f"), _fmt(tps["median"], ".1f"),
         f"{tps['p10']:.1f}–{tps['p90']:.1f}", _fmt(m["ttft_s"], ".3f"), _fmt(m["tpot_s"] * 1e3, ".1f"),
@@ -100,12 +100,12 @@ def markdown(report: dict) -> str:
     ]
     lines += [_row(name, m) for name, m in report["modes"].items()]
     lines += ["", "Backends:"] + [f"- `{n}`: {m['backend']}" for n, m in report["modes"].items()]
-    divergent = {n: m["first_divergence"] for n, m in report["modes"].items() if m["first_divergence"]}
+    divergent = {n: m["divergences"] for n, m in report["modes"].items() if m["divergences"]}
     if divergent:
-        lines += ["", "First divergence from `ar`:"]
+        lines += ["", "Divergences from `ar` (first differing token per prompt):"]
         lines += [f"- `{n}`: prompt {d['prompt']}, token {d['token_index']} (ar {d['ar_token']}, "
                   f"mode {d['mode_token']}), tie: {d['tie']}, gap {_fmt(d['logit_gap'], '.4g')} "
-                  f"vs tolerance {_fmt(d['tolerance'], '.4g')}" for n, d in divergent.items()]
+                  f"vs tolerance {_fmt(d['tolerance'], '.4g')}" for n, ds in divergent.items() for d in ds]
     if report["skipped"]:
         lines += ["", "Skipped:"] + [f"- `{n}`: {why}" for n, why in report["skipped"].items()]
     lines += ["", "Definitions:"] + [f"- {k}: {v}" for k, v in DEFINITIONS.items()]

@@ -21,9 +21,9 @@ import torch
 
 from swiftspec.model.args import ModelArgs
 
-# Bytes per weight of our formats. For int8/int4 only the payload is counted (scales add a few
-# percent, by group size), which keeps the bound an upper bound.
-_FORMAT_BYTES = {"int8": 1.0, "int4": 0.5}
+# Bytes per weight of our quantized formats (swiftspec.kernels.quant): int8 is one byte plus a
+# per-channel scale (negligible); int4 is half a byte plus an fp16 scale and min per 128-weight group.
+_FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128}
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 

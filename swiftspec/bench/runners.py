@@ -64,16 +64,19 @@ def build_lineup(specs: list[ModeSpec], base: EngineConfig, args: argparse.Names
     needs_draft = any(s.speculative for s in specs)
     sources = Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
     hf_models: dict[str, torch.nn.Module] = {}
-    for spec in specs:
-        print(f"bench: loading {spec.name}", file=sys.stderr)
-        if spec.kind == "ours":
-            _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args.temperature)
-        elif spec.kind == "hf":
-            _add_hf(lineup, spec, args, hf_models, sources)
-        else:
-            _add_llamacpp(lineup, spec, args, out, sources)
-    if lineup.tokenizer is None:
-        lineup.tokenizer = _load_tokenizer(sources.target, base.target_load.dtype)
+    try:
+        for spec in specs:
+            print(f"bench: loading {spec.name}", file=sys.stderr)
+            if spec.kind == "ours":
+                _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args.temperature)
+            elif spec.kind == "hf":
+                _add_hf(lineup, spec, args, hf_models, sources)
+            else:
+                _add_llamacpp(lineup, spec, args, out, sources)
+        _tokenizer(lineup, sources, args)
+    except BaseException:
+        lineup.close()  # stop worker processes and servers already started
+        raise
     return lineup
 
 
@@ -87,7 +90,8 @@ def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sou
     target_bytes = our_weight_bytes(model_args(sources.target), load.dtype, load.weights)
     draft_bytes = our_weight_bytes(model_args(sources.draft), dload.dtype, dload.weights) if spec.speculative else 0
     lineup.weight_bytes[spec.name] = WeightBytes(target_bytes, draft_bytes)
-    lineup.backends[spec.name] = f"swiftspec {spec.variant} ({load.weights} weights, {load.dtype})"
+    fmt = load.dtype if load.weights == "bf16" else f"{load.weights} weights, {load.dtype} activations"
+    lineup.backends[spec.name] = f"swiftspec {spec.variant} ({fmt})"
     lineup.draft_forwards[spec.name] = _our_draft_forwards(engine, config)
 
 
@@ -119,7 +123,8 @@ def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,
     eos = _tokenizer(lineup, sources, args).eos_token_ids
     lineup.runners[spec.name] = HFRunner(target, eos, args.temperature, assistant)
     lineup.weight_bytes[spec.name] = WeightBytes(weight_bytes(target), weight_bytes(assistant) if assistant else 0)
-    lineup.backends[spec.name] = f"transformers {hf_version} generate ({args.dtype})"
+    helper = ", draft as assistant_model" if assistant is not None else ""
+    lineup.backends[spec.name] = f"transformers {hf_version} generate ({args.dtype}{helper})"
 
 
 def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, out: Path, sources: Sources) -> None:
@@ -152,15 +157,11 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, out:
 
 
 def _tokenizer(lineup: Lineup, sources: Sources, args: argparse.Namespace):
-    """The target's tokenizer (from an engine already built, else loaded once here)."""
+    """The target's tokenizer: from an engine already built, else loaded once here (a GGUF's through
+    the weights conversion cache). Returns a swiftspec.tokenizer.Tokenizer."""
     if lineup.tokenizer is None:
-        lineup.tokenizer = _load_tokenizer(sources.target, args.dtype)
+        from swiftspec.tokenizer import Tokenizer
+        from swiftspec.weights import DTYPES, open_checkpoint
+
+        lineup.tokenizer = Tokenizer.from_dir(open_checkpoint(sources.target, DTYPES[args.dtype]).path)
     return lineup.tokenizer
-
-
-def _load_tokenizer(path: Path, dtype: str):
-    """Our Tokenizer for a GGUF or HF directory (a GGUF goes through the weights conversion cache)."""
-    from swiftspec.tokenizer import Tokenizer
-    from swiftspec.weights import DTYPES, open_checkpoint
-
-    return Tokenizer.from_dir(open_checkpoint(path, DTYPES[dtype]).path)

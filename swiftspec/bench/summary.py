@@ -28,6 +28,7 @@ DEFINITIONS = {
     "acceptance_length": "tokens emitted per target forward, pooled over all rounds (1.0 for autoregressive)",
     "speedup": "mean tokens_per_s of the mode / mean tokens_per_s of the baseline",
     "matches_ar": "greedy tokens identical to our ar mode on every prompt (null: not greedy or no ar mode)",
+    "divergences": "first divergence from ar on every prompt where the tokens differ",
     "tie": "top-2 logit gap of our target at the divergence <= eps(dtype) * max(|l1|, |l2|)",
     "roofline": "bound = bandwidth / ((target_bytes + draft_bytes * draft_forwards_per_round) / acceptance_length)",
 }
@@ -43,7 +44,7 @@ class ModeInputs:
     weights: WeightBytes
     draft_forwards_estimate: float  # per round; used when the runs could not count them
     matches_ar: bool | None
-    divergence: Divergence | None
+    divergences: list[Divergence]  # per divergent prompt, in prompt order
 
 
 def distribution(values: list[float]) -> dict[str, float]:
@@ -98,7 +99,8 @@ def mode_entry(m: ModeInputs, prompt_lengths: list[int], bandwidth: float) -> di
         "draft_s": _mean_or_none([r.draft_s for r in rs]),
         "verify_s": _mean_or_none([r.verify_s for r in rs]),
         "matches_ar": m.matches_ar,
-        "first_divergence": m.divergence.to_json() if m.divergence else None,
+        "first_divergence": m.divergences[0].to_json() if m.divergences else None,
+        "divergences": [d.to_json() for d in m.divergences],
         "roofline": {
             "target_weight_bytes": m.weights.target,
             "draft_weight_bytes": m.weights.draft,

@@ -9,6 +9,8 @@ one per round, the *pending* token) is recomputed, folded into the next forward.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from swiftspec.config import TreeConfig
@@ -52,9 +54,12 @@ class TreeDrafter:
         """Nodes in the live tree."""
         return self.tree.tokens.numel()
 
-    def draft(self, expansions: int) -> None:
-        """Grow the tree by `expansions` forwards of the w best unexpanded leaves."""
+    def draft(self, expansions: int, stop: Callable[[], bool] | None = None) -> None:
+        """Grow the tree by up to `expansions` forwards of the w best unexpanded leaves; stop()
+        is asked before each one (the async draft stops as soon as the verified tokens arrive)."""
         for _ in range(expansions):
+            if stop is not None and stop():
+                return
             self.expand()
 
     def expand(self) -> None:

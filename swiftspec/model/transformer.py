@@ -14,8 +14,8 @@ from torch import nn
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.errors import UserError
 from swiftspec.model.args import ModelArgs
-from swiftspec.model.attention import Attention
-from swiftspec.model.layers import RMSNorm, RopeAngles, RotaryEmbedding, SwiGLU
+from swiftspec.model.attention import Attention, AttentionInputs
+from swiftspec.model.layers import RMSNorm, RotaryEmbedding, SwiGLU
 from swiftspec.parallel.linear import ParallelLMHead, VocabParallelEmbedding, default_weight_loader
 from swiftspec.parallel.state import ParallelState
 
@@ -45,10 +45,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, dtype, device)
         self.mlp = SwiGLU(args.hidden_size, args.intermediate_size, parallel, dtype, device)
 
-    def forward(self, x: torch.Tensor, rope: RopeAngles, cache: KVCache, slots: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
-        """x [T, hidden] -> [T, hidden]; see Attention.forward for slots and mask."""
-        x = x + self.self_attn(self.input_layernorm(x), rope, cache, slots, mask)
+    def forward(self, x: torch.Tensor, inputs: AttentionInputs, cache: KVCache) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]."""
+        x = x + self.self_attn(self.input_layernorm(x), inputs, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -66,12 +65,11 @@ class DecoderStack(nn.Module):
         )
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, dtype, device)
 
-    def forward(self, tokens: torch.Tensor, rope: RopeAngles, cache: KVCache, slots: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, inputs: AttentionInputs, cache: KVCache) -> torch.Tensor:
         """tokens [T] int64 -> normed hidden states [T, hidden]."""
         x = self.embed_tokens(tokens)
         for layer in self.layers:
-            x = layer(x, rope, cache, slots, mask)
+            x = layer(x, inputs, cache)
         return self.norm(x)
 
 
@@ -88,6 +86,9 @@ class Transformer(nn.Module):
         self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, parallel=parallel, dtype=dtype, device=device)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        attn = self.model.layers[0].self_attn
+        self.num_kv_heads = attn.num_kv_heads  # local to this rank
+        self.group = attn.num_heads // attn.num_kv_heads  # query heads per KV head on this rank
         self.rope = RotaryEmbedding(
             args.head_dim, args.rope_theta, args.rope_scaling,
             min(args.max_position_embeddings, INITIAL_ROPE_LENGTH), dtype, device,
@@ -95,8 +96,7 @@ class Transformer(nn.Module):
 
     def new_cache(self, max_len: int) -> KVCache:
         """An empty cache shaped for this model on this rank (local KV heads, model dtype and device)."""
-        attn = self.model.layers[0].self_attn
-        return KVCache(self.args.num_layers, max_len, attn.num_kv_heads, self.args.head_dim,
+        return KVCache(self.args.num_layers, max_len, self.num_kv_heads, self.args.head_dim,
                        self.dtype, self.lm_head.weight.device)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, slots: torch.Tensor,
@@ -108,7 +108,8 @@ class Transformer(nn.Module):
         attend; S = mask.shape[1] and every attended slot is < S). Returns hidden [T, hidden].
         """
         self.rope.ensure(cache.max_len)  # positions never exceed the cache length
-        return self.model(tokens, self.rope.angles(positions), cache, slots, mask)
+        inputs = AttentionInputs.build(self.rope.angles(positions), slots, mask, self.group)
+        return self.model(tokens, inputs, cache)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [T, hidden] -> logits [T, vocab] float32."""

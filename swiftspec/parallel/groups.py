@@ -7,8 +7,12 @@ Global ranks [0, T) form the target group (rank 0 leads it and decides the token
 from __future__ import annotations
 
 import datetime
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
+import torch
 import torch.distributed as dist
 
 from swiftspec.parallel.state import ParallelState
@@ -74,21 +78,34 @@ def init_groups(layout: Layout, rank: int, backend: str, init_method: str, timeo
     return Groups(rank, layout, ParallelState(tp_rank=tp_rank, tp_size=size, group=mine if size > 1 else None))
 
 
-def place_threads(layout: Layout, rank: int, draft_cores: int) -> list[int]:
-    """Pin this rank to its share of the CPU cores (draft group: draft_cores, default half; target:
-    the rest; split evenly among a group's ranks) and size torch's thread pool to match."""
-    import os
 
-    import torch
-
+def plan_cores(layout: Layout, rank: int, draft_cores: int) -> list[int]:
+    """This rank's share of the CPU cores: the draft group gets draft_cores (default half), the
+    target group the rest, each split evenly among the group's ranks."""
     cores = sorted(os.sched_getaffinity(0))
-    n_draft = min(max(1, draft_cores or len(cores) // 2), max(1, len(cores) - 1)) if len(cores) > 1 else 1
-    pools = {"draft": cores[len(cores) - n_draft:], "target": cores[: max(1, len(cores) - n_draft)]}
-    pool = pools[layout.role(rank)]
+    if len(cores) == 1:
+        return cores
+    n_draft = min(max(1, draft_cores or len(cores) // 2), len(cores) - 1)
+    pool = cores[len(cores) - n_draft :] if layout.role(rank) == "draft" else cores[: len(cores) - n_draft]
     ranks = layout.target_tp if layout.role(rank) == "target" else layout.draft_tp
-    index = rank - layout.leader(rank)
     share = max(1, len(pool) // ranks)
-    mine = pool[(index * share) % len(pool):][:share] or pool[:1]
-    os.sched_setaffinity(0, mine)
-    torch.set_num_threads(len(mine))
-    return mine
+    start = ((rank - layout.leader(rank)) * share) % len(pool)
+    return pool[start : start + share]
+
+
+def pin(cores: list[int]) -> None:
+    """Run the calling thread on `cores`, with torch's thread pool sized to match."""
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(len(cores))
+
+
+@contextmanager
+def pinned(cores: list[int]) -> Iterator[None]:
+    """pin() for the duration of a block, then restore (the front end shares its process)."""
+    old_cores, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    pin(cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old_cores)
+        torch.set_num_threads(old_threads)

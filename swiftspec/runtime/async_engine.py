@@ -7,6 +7,7 @@ torchrun the same entry point reads RANK/WORLD_SIZE/MASTER_ADDR and ranks > 0 ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -23,10 +24,11 @@ import torch.multiprocessing as mp
 
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.errors import UserError
-from swiftspec.parallel.groups import Groups, Layout, init_groups, place_threads
+from swiftspec.parallel.groups import Groups, Layout, init_groups, pin, pinned, plan_cores
 from swiftspec.runtime.base import GenerationStats, RequestState
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
-from swiftspec.runtime.target import TreeVerifier, ancestor_mask_from_parents
+from swiftspec.runtime.target import TreeVerifier
+from swiftspec.tree import mask_from_parents
 from swiftspec.runtime.trace import CODE, Timeline, summarize, write_json
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
@@ -51,13 +53,14 @@ class AsyncEngine:
         self._closing = False
         init_method = _torchrun_init(config, self.layout) or self._spawn_workers()
         self.groups = init_groups(self.layout, 0, _backend(config), init_method, INIT_TIMEOUT_S)
-        target = _load_for_rank(config.target, config.target_load, self.groups, config.draft_cores)
+        target = _load_for_rank(config.target, config.target_load, self.groups)
+        self.cores = plan_cores(self.layout, 0, config.draft_cores)  # pinned only inside generate()
         self.tokenizer = target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
         self.verifier = TreeVerifier(target.model, self.max_seq_len, self.verify_size)
         self.link = DistTransport(self.layout.draft_leader)
         group = self.groups.parallel.group
-        self.followers = GroupBroadcast(group, 0) if self.layout.target_tp > 1 else None
+        self.followers = GroupBroadcast(group, 0) if self.layout.target_tp > 1 else None  # TP ranks
         self.depth = config.tree.depth or self._choose_depth()
 
     def _spawn_workers(self) -> str:
@@ -92,43 +95,61 @@ class AsyncEngine:
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
+        on_cpu = self.verifier.runner.device.type == "cpu"
+        with pinned(self.cores) if on_cpu else contextlib.nullcontext():
+            yield from self._generate(req, prompt, params, depth or self.depth)
+
+    def _generate(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
+        """Algorithm 1, target side: prefill, start the draft, then verify round after round."""
         timeline = Timeline()
         rng = make_generator(params.seed, self.verifier.runner.device)
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
         first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
-        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth or self.depth, params=params))
-        out = req.emit(first)
-        if out:
-            yield out
-        while not req.done:
-            emitted, verified = self.step(params, rng, timeline)
-            out = req.emit(emitted)
-            self._send_verified(dataclasses.replace(verified, stop=req.done), timeline)
-            req.stats.rounds += 1
-            req.stats.accept_lengths.append(len(emitted))
+        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params))
+        self._tree_in_flight, stop_sent = True, False
+        try:
+            out = req.emit(first)
             if out:
                 yield out
-        self._finish(timeline, req.stats)
+            while not req.done:
+                emitted, verified = self.step(params, rng, timeline)
+                out = req.emit(emitted)
+                stop_sent = req.done
+                self._send_verified(dataclasses.replace(verified, stop=req.done), timeline)
+                self._tree_in_flight = not req.done
+                req.stats.rounds += 1
+                req.stats.accept_lengths.append(len(emitted))
+                if out:
+                    yield out
+        finally:  # also when the consumer abandons the stream: leave both groups idle and in step
+            if self._tree_in_flight:
+                self.link.recv()
+            if not stop_sent:
+                empty = torch.zeros(0, dtype=torch.long)
+                self._send_verified(Verified(tokens=empty, nodes=empty, stop=True), timeline)
+            self._finish(timeline, req.stats)
 
     def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline) -> tuple[list[int], Verified]:
         """One round on the target's critical path: receive, forward, verify, commit."""
         with timeline.span("wait_tree"):
             tree = self.link.recv()  # the draft's best bs-node subtree, grown while we verified
+            self._tree_in_flight = False
         if not isinstance(tree, DraftTree):
             raise WorkerFailure(f"protocol error: expected a draft tree, got {type(tree).__name__}")
         if self.followers is not None:
             self.followers.send(tree)
         with timeline.span("forward"):
-            mask = ancestor_mask_from_parents(tree.parents)  # [n, n]
+            mask = mask_from_parents(tree.parents)  # [n, n]
             dev = self.verifier.runner.device
             logits = self.verifier.forward_tree(tree.tokens.to(dev), tree.depths.to(dev), mask.to(dev))
         with timeline.span("verify"):
             acc = self.verifier.verify(tree.tokens.to(dev), tree.parents.to(dev), logits, params, rng)
-            self.verifier.commit(acc.nodes)
             emitted = acc.tokens.tolist()  # the one host sync of the round
-        return emitted, Verified(tokens=acc.tokens.cpu(), nodes=acc.nodes.cpu(), stop=False)
+            nodes = acc.path[: len(emitted)]
+            self.verifier.commit(nodes)
+        return emitted, Verified(tokens=torch.tensor(emitted), nodes=nodes.cpu(), stop=False)
 
     def _send_verified(self, verified: Verified, timeline: Timeline) -> None:
         with timeline.span("send_verified"):
@@ -202,16 +223,14 @@ def _torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
     return "env://"
 
 
-def _load_for_rank(source: str, load: LoadConfig, groups: Groups, draft_cores: int):
-    """Place this rank (CPU cores or its own GPU) and load its shard of the model."""
+def _load_for_rank(source: str, load: LoadConfig, groups: Groups):
+    """Load this rank's shard of the model, on its own GPU when on CUDA."""
     from swiftspec.weights import load_model
 
     if load.device.startswith("cuda"):
         device = f"cuda:{groups.rank % torch.cuda.device_count()}"
         torch.cuda.set_device(device)
         load = dataclasses.replace(load, device=device)
-    else:
-        place_threads(groups.layout, groups.rank, draft_cores)
     return load_model(source, load, groups.parallel)
 
 
@@ -226,14 +245,16 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str
     from swiftspec.runtime.async_worker import GroupIO, draft_loop, target_follower_loop
 
     groups = init_groups(layout, rank, _backend(config), init_method, INIT_TIMEOUT_S)
+    if not config.target_load.device.startswith("cuda"):
+        pin(plan_cores(layout, rank, config.draft_cores))
     group = GroupBroadcast(groups.parallel.group, groups.leader) if groups.parallel.tp_size > 1 else None
     link = DistTransport(groups.peer_leader) if groups.is_leader else None
     io = GroupIO(link, group)
     if groups.role == "draft":
-        draft = _load_for_rank(config.draft, config.draft_load, groups, config.draft_cores)
+        draft = _load_for_rank(config.draft, config.draft_load, groups)
         draft_loop(TreeDrafter(draft.model, config.tree, config.target_load.max_seq_len), io, config.tree.verify_size)
     else:
-        target = _load_for_rank(config.target, config.target_load, groups, config.draft_cores)
+        target = _load_for_rank(config.target, config.target_load, groups)
         target_follower_loop(TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size), io)
     dist.destroy_process_group()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from swiftspec.draft import TreeDrafter
 from swiftspec.runtime.protocol import DraftTree, Message, Profile, Shutdown, Start, Transport, Verified
-from swiftspec.runtime.target import TreeVerifier, ancestor_mask_from_parents
+from swiftspec.runtime.target import TreeVerifier
+from swiftspec.tree import mask_from_parents
 from swiftspec.runtime.trace import Timeline
 
 
@@ -29,6 +30,11 @@ class GroupIO:
         if self.link is not None:
             self.link.send(msg)
 
+    def ready(self) -> bool:
+        """A single-rank group may stop drafting early once the verified tokens are in; a
+        tensor-parallel group keeps its fixed depth so that every rank runs the same forwards."""
+        return self.group is None and self.link.ready()
+
 
 def draft_loop(drafter: TreeDrafter, io: GroupIO, verify_size: int) -> None:
     """Draft group: for each request, keep growing the tree while the target verifies."""
@@ -49,7 +55,7 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, bs: int) -> 
     _send_tree(drafter, io, bs, timeline)
     while True:
         with timeline.span("expand"):
-            drafter.draft(start.depth)  # overlaps the target's verification
+            drafter.draft(start.depth, stop=io.ready)  # overlaps the target's verification
         with timeline.span("wait_verified"):
             msg = io.recv()
         if not isinstance(msg, Verified) or msg.stop:
@@ -79,7 +85,7 @@ def target_follower_loop(verifier: TreeVerifier, io: GroupIO) -> None:
         if isinstance(msg, Start):
             verifier.prefill(msg.prompt.tolist())
         elif isinstance(msg, DraftTree):
-            verifier.forward_tree(msg.tokens, msg.depths, ancestor_mask_from_parents(msg.parents))
+            verifier.forward_tree(msg.tokens, msg.depths, mask_from_parents(msg.parents))
         elif isinstance(msg, Verified):
             verifier.commit(msg.nodes)
             if msg.stop:

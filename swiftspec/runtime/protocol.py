@@ -4,7 +4,7 @@ Vocabulary: the *target leader* (global rank 0) verifies and decides the tokens;
 leader* (global rank T) grows the tree. Only these cross between the groups: `Start` (a request's
 prompt, first token and sampling settings), `DraftTree` (the best bs-node subtree),
 `Verified` (the tokens emitted by a verification; `stop` ends the request), `Profile`, and
-`Shutdown`. Every message is encoded as int64/float64 tensors: a fixed-size header whose first
+`Shutdown`. Every message is encoded as CPU int64/float64 tensors (gloo, also on GPU machines): a fixed-size header whose first
 entry is the message kind, then payload tensors whose sizes the header gives. Nothing is pickled.
 """
 
@@ -141,46 +141,72 @@ class Transport(Protocol):
 
     def recv(self) -> Message: ...
 
+    def ready(self) -> bool:
+        """True when a message has arrived, so that recv() will not block."""
+        ...
+
 
 class DistTransport:
     """torch.distributed point-to-point (gloo on CPU, NCCL on CUDA) between two global ranks."""
 
-    def __init__(self, peer: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, peer: int) -> None:
         self.peer = peer
-        self.device = torch.device(device)
+        self._head = torch.empty(HEADER, dtype=torch.long)
+        self._posted: dist.Work | None = None  # an irecv of the next header, once ready() asked
+        self._sending: list[dist.Work] = []  # the previous message's isends
+        self._buffers: list[torch.Tensor] = []  # ... and their tensors, alive until sent
 
     def send(self, msg: Message) -> None:
-        for t in encode(msg):
-            dist.send(t.to(self.device), dst=self.peer)
+        """Non-blocking: the sender goes on while the peer is still busy; the previous message's
+        sends are completed first, so messages never overtake each other."""
+        self.flush()
+        self._buffers = encode(msg)
+        self._sending = [dist.isend(t, dst=self.peer) for t in self._buffers]
+
+    def flush(self) -> None:
+        for work in self._sending:
+            work.wait()
+        self._sending, self._buffers = [], []
+
+    def ready(self) -> bool:
+        if self._posted is None:
+            self._posted = dist.irecv(self._head, src=self.peer)
+        return self._posted.is_completed()
 
     def recv(self) -> Message:
-        head = torch.empty(HEADER, dtype=torch.long, device=self.device)
-        dist.recv(head, src=self.peer)
-        payload = [torch.empty(s, dtype=d, device=self.device) for s, d in payload_shapes(head.cpu())]
+        if self._posted is None:
+            dist.recv(self._head, src=self.peer)
+        else:
+            self._posted.wait()
+            self._posted = None
+        head = self._head.clone()
+        payload = [torch.empty(s, dtype=d) for s, d in payload_shapes(head)]
         for t in payload:
             dist.recv(t, src=self.peer)
-        return decode(head.cpu(), [t.cpu() for t in payload])
+        return decode(head, payload)
 
 
 class GroupBroadcast:
     """The leader shares each message with its tensor-parallel followers (dist.broadcast)."""
 
-    def __init__(self, group: dist.ProcessGroup, leader: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, group: dist.ProcessGroup, leader: int) -> None:
         self.group = group
         self.leader = leader
-        self.device = torch.device(device)
 
     def send(self, msg: Message) -> None:
         for t in encode(msg):
-            dist.broadcast(t.to(self.device), src=self.leader, group=self.group)
+            dist.broadcast(t, src=self.leader, group=self.group)
+
+    def ready(self) -> bool:
+        return False  # followers must mirror the leader step for step, never skip ahead
 
     def recv(self) -> Message:
-        head = torch.empty(HEADER, dtype=torch.long, device=self.device)
+        head = torch.empty(HEADER, dtype=torch.long)
         dist.broadcast(head, src=self.leader, group=self.group)
-        payload = [torch.empty(s, dtype=d, device=self.device) for s, d in payload_shapes(head.cpu())]
+        payload = [torch.empty(s, dtype=d) for s, d in payload_shapes(head)]
         for t in payload:
             dist.broadcast(t, src=self.leader, group=self.group)
-        return decode(head.cpu(), [t.cpu() for t in payload])
+        return decode(head, payload)
 
 
 class LocalTransport:
@@ -201,3 +227,6 @@ class LocalTransport:
     def recv(self) -> Message:
         head, *payload = self.inbox.get()
         return decode(head, payload)
+
+    def ready(self) -> bool:
+        return not self.inbox.empty()

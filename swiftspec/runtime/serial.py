@@ -56,8 +56,8 @@ class SerialEngine:
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [bs, V]
         acc = self.target.verify(sub.tokens, sub.parents, logits, params, rng)
-        self.target.commit(acc.nodes)
         emitted = acc.tokens.tolist()  # the one host sync of the round
+        self.target.commit(acc.path[: len(emitted)])
         t2 = time.perf_counter()
         self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         stats.draft_s += (t1 - t0) + (time.perf_counter() - t2)

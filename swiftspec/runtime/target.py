@@ -46,11 +46,3 @@ class TreeVerifier:
         empty = accepted[:0]
         self.runner.kv.commit(accepted, empty, empty)
 
-
-def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
-    """[n, n] bool: row i marks i and its ancestors; parents [n] with parents[0] = -1, parents[i] < i."""
-    n = parents.numel()
-    mask = torch.eye(n, dtype=torch.bool, device=parents.device)
-    for i, p in enumerate(parents.tolist()[1:], start=1):
-        mask[i] |= mask[p]
-    return mask

@@ -18,7 +18,13 @@ from swiftspec.errors import UserError
 from swiftspec.runtime.base import Engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve import openai_protocol as proto
-from swiftspec.serve.openai_protocol import APIError, CompletionRequest, GenerationRequest, ResponseHeader
+from swiftspec.serve.openai_protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationRequest,
+    ResponseHeader,
+)
 from swiftspec.serve.scheduler import Job, QueueFull, Scheduler
 from swiftspec.serve.text_stream import TextStream
 
@@ -34,6 +40,7 @@ class Plan:
     params: SamplingParams
     max_tokens: int  # already clipped to the room left in the context
     stop: tuple[str, ...]
+    stream: bool
     include_usage: bool
 
 
@@ -67,16 +74,17 @@ class Service:
             raise APIError(400, f"prompt token ids must be in [0, {vocab})", param="prompt", code="invalid_value")
         return list(req.prompt)
 
-    def plan(self, req: GenerationRequest, prompt: list[int], chat: bool,
-             max_tokens: int | None) -> Plan:
+    def plan(self, req: GenerationRequest, prompt: list[int]) -> Plan:
         """Check the prompt length and token budget; build the sampling params."""
+        chat = isinstance(req, ChatCompletionRequest)
+        where = "messages" if chat else "prompt"
         limit = min(self.config.max_prompt_tokens or self.engine.max_seq_len, self.engine.max_seq_len - 1)
         if not prompt:
-            raise APIError(400, "the prompt is empty", param="messages" if chat else "prompt", code="invalid_value")
+            raise APIError(400, "the prompt is empty", param=where, code="invalid_value")
         if len(prompt) > limit:
             raise APIError(400, f"the prompt has {len(prompt)} tokens; this server accepts at most {limit}",
-                           param="messages" if chat else "prompt", code="context_length_exceeded")
-        cap = self.config.max_tokens
+                           param=where, code="context_length_exceeded")
+        cap, max_tokens = self.config.max_tokens, req.token_limit
         if max_tokens is not None and max_tokens > cap:
             raise APIError(400, f"max_tokens is {max_tokens}; this server allows at most {cap}",
                            param="max_tokens", code="invalid_value")
@@ -89,7 +97,8 @@ class Service:
         )
         room = self.engine.max_seq_len - len(prompt)
         return Plan(head=ResponseHeader.new(self.config.served_model_name, chat), prompt=prompt, params=params,
-                    max_tokens=min(max_tokens or cap, room), stop=req.stop_strings, include_usage=req.include_usage)
+                    max_tokens=min(max_tokens or cap, room), stop=req.stop_strings, stream=bool(req.stream),
+                    include_usage=req.include_usage)
 
     def submit(self, plan: Plan) -> Job:
         try:

@@ -71,10 +71,18 @@ class RequestCounter:
             await self.app(scope, receive, send)
             return
         endpoint = scope["path"] if scope["path"] in self.endpoints else "other"
+        started = False
 
         async def counting_send(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 self.metrics.requests.labels(endpoint, str(message["status"])).inc()
             await send(message)
 
-        await self.app(scope, receive, counting_send)
+        try:
+            await self.app(scope, receive, counting_send)
+        except Exception:
+            if not started:  # the server error handler answers 500 outside this middleware
+                self.metrics.requests.labels(endpoint, "500").inc()
+            raise

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256  # holding back a possible stop string costs O(length^2) per token
 
 
 @dataclass(slots=True)
@@ -73,9 +74,12 @@ class GenerationRequest(BaseModel):
 
     @field_validator("stop")
     @classmethod
-    def _few_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(stop, list) and len(stop) > MAX_STOP_STRINGS:
+    def _few_short_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if len(stops) > MAX_STOP_STRINGS:
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are supported")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"a stop string may have at most {MAX_STOP_CHARS} characters")
         return stop
 
     @model_validator(mode="after")
@@ -102,6 +106,10 @@ class GenerationRequest(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_tokens
 
 
 class CompletionRequest(GenerationRequest):

@@ -95,13 +95,10 @@ class Scheduler:
         """Stop the running job within a round, drop the waiting ones, and join the worker."""
         with self._cond:
             self._closed = True
-            dropped = list(self._waiting)
             self._waiting.clear()
             if self._running is not None:
                 self._running.stop.set()
             self._cond.notify_all()
-        for job in dropped:
-            job.stop.set()
         if self._thread.is_alive():
             self._thread.join()
 
@@ -136,7 +133,7 @@ class Scheduler:
 
     def _work(self) -> None:
         while (job := self._next()) is not None:
-            if job.stop.is_set():
+            if job.stop.is_set():  # cancelled between its stop flag and its removal from the queue
                 continue
             end = self._run(job)
             job.deliver(end)
@@ -158,7 +155,7 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the worker must outlive any one request
             log.exception("request %s failed in the engine", job.request_id)
             error = exc
-        stats = self._engine.stats
-        stats = dataclasses.replace(stats, accept_lengths=list(stats.accept_lengths))
+        stats = self._engine.stats  # only this job's when it ran without error; copied before the next
+        stats = GenerationStats() if error else dataclasses.replace(stats, accept_lengths=list(stats.accept_lengths))
         ttft = None if first is None else first - job.arrived
         return JobEnd(error, stats, count, ttft, 0.0 if first is None else last - first)

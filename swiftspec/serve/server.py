@@ -28,7 +28,9 @@ from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
 from swiftspec.errors import UserError
+from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine
+from swiftspec.serve.engine_args import engine_config_from_args
 from swiftspec.serve.generation import Plan, Service
 from swiftspec.serve.metrics import RequestCounter, ServerMetrics
 from swiftspec.serve.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, validation_error
@@ -104,8 +106,7 @@ async def _completions(request: Request) -> Response:
     service: Service = request.app.state.service
     req = await _read_request(request, CompletionRequest, service.config.max_body_bytes)
     service.check_model(req.model)
-    plan = service.plan(req, service.completion_prompt(req), chat=False, max_tokens=req.max_tokens)
-    return await _respond(service, plan, bool(req.stream), request)
+    return await _respond(service, service.plan(req, service.completion_prompt(req)), request)
 
 
 async def _chat_completions(request: Request) -> Response:
@@ -113,12 +114,11 @@ async def _chat_completions(request: Request) -> Response:
     req = await _read_request(request, ChatCompletionRequest, service.config.max_body_bytes)
     service.check_model(req.model)
     prompt = service.engine.tokenizer.chat([m.as_template_input() for m in req.messages])
-    plan = service.plan(req, prompt, chat=True, max_tokens=req.token_limit)
-    return await _respond(service, plan, bool(req.stream), request)
+    return await _respond(service, service.plan(req, prompt), request)
 
 
-async def _respond(service: Service, plan: Plan, stream: bool, request: Request) -> Response:
-    if stream:
+async def _respond(service: Service, plan: Plan, request: Request) -> Response:
+    if plan.stream:
         return JobStream(service, plan, service.submit(plan))
     return JSONResponse(await service.complete(plan, request))
 
@@ -213,9 +213,6 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def run(args: argparse.Namespace) -> int:
     """`swiftspec serve`: build the engine from the engine flags and serve it until interrupted."""
-    from swiftspec.runtime import build_engine
-    from swiftspec.serve.engine_args import engine_config_from_args
-
     config = server_config_from_args(args)
     if not config.api_key and not _is_loopback(config.host):
         log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)

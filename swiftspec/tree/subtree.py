@@ -29,6 +29,8 @@ def select_subtree(tree: TokenTree, size: int) -> Subtree:
     ancestor-closed even with float ties or log-probs above 0. With log-probs <= 0 the key is
     the weight, and the set has the largest total weight of any ancestor-closed set its size.
     """
+    if size < 1:
+        raise ValueError(f"a subtree holds at least the root, got size {size}")
     mask = ancestor_mask(tree)  # [N, N]
     inf = torch.tensor(float("inf"), device=mask.device)
     key = torch.where(mask, tree.weights, inf).amin(-1)

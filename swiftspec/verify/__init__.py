@@ -10,8 +10,8 @@ Vocabulary:
 Each round emits the accepted draft tokens plus one recovered or bonus token.
 """
 
-from swiftspec.verify.acceptance import Acceptance, accept_path
+from swiftspec.verify.acceptance import Acceptance
 from swiftspec.verify.greedy import verify_greedy
 from swiftspec.verify.stochastic import verify_probs, verify_stochastic
 
-__all__ = ["Acceptance", "accept_path", "verify_greedy", "verify_probs", "verify_stochastic"]
+__all__ = ["Acceptance", "verify_greedy", "verify_probs", "verify_stochastic"]

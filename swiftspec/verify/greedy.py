@@ -20,6 +20,6 @@ def verify_greedy(
     mask = mask_from_parents(parents)  # [n, n]
     accepted = ~(mask & ~agrees).any(-1)  # every node on the path agrees
     depth = mask.sum(-1) - 1
-    last = depth.masked_fill(~accepted, -1).argmax()
-    acceptance = accept_path(tokens[None], mask[None], last[None], best[last][None])
+    last = depth.masked_fill(~accepted, -1).argmax().reshape(1)  # indexing by a 0-d tensor syncs
+    acceptance = accept_path(tokens[None], mask[None], last, best.gather(0, last))
     return acceptance.row(0)

@@ -17,7 +17,7 @@ from swiftspec.model.args import ModelArgs
 from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
-from swiftspec.weights.bundled import BUNDLED, cache_dir, ensure_pulled
+from swiftspec.weights.bundled import BUNDLED, cache_dir, pull
 from swiftspec.weights.convert import ensure_converted
 from swiftspec.weights.safetensors import HFCheckpoint, open_hf_dir
 
@@ -51,7 +51,7 @@ def load_model(
 def resolve_source(source: str, cache: Path | None = None) -> Path:
     """The local GGUF file or HF directory behind source, pulling a bundled model if needed."""
     if source in BUNDLED:
-        return ensure_pulled(source, cache)
+        return pull(source, cache)
     path = Path(source).expanduser()
     if not path.exists():
         raise UserError(f"model not found: {source} (not a file, a directory or one of: {', '.join(BUNDLED)})")

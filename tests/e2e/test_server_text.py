@@ -6,21 +6,21 @@ A scripted engine fixes the output tokens so each case knows exactly what must c
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 from server_harness import MODEL, LiveServer, ScriptedEngine
 
 from swiftspec.serve.text_stream import TextStream
-from swiftspec.testing import make_tiny_checkpoint
 from swiftspec.tokenizer import IncrementalDecoder, Tokenizer
 
 TEXT = "Hello, world! 🙂 naïve 日本語 end"
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    return Tokenizer.from_dir(make_tiny_checkpoint(tmp_path_factory.mktemp("tok") / "tiny"))
+def tokenizer(tiny_qwen_dir: Path) -> Tokenizer:
+    return Tokenizer.from_dir(tiny_qwen_dir)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Statistical losslessness: emitted tokens follow the target distribution exactly.
 
 A toy target and a different toy draft have path-dependent next-token distributions over a
-vocabulary of 8 (a seeded hash of the path). Each trial drafts a tree, verifies it and, when
-the round emitted one token, runs a second round rooted at it; the first two emitted tokens
+vocabulary of 8 (a seeded hash of the path). Each trial drafts a tree and verifies it; when
+that round emits one token, the second comes from a round rooted at it. The first two tokens
 must follow p(t1 | ctx) p(t2 | ctx, t1), computed exactly after the same logits processing.
 
 Test: Pearson chi-square over the 64 (t1, t2) cells (cells expecting < 5 pooled), at
@@ -22,7 +22,7 @@ import torch
 import swiftspec.verify.stochastic as stochastic
 from swiftspec.sampling import SamplingParams, make_generator, process_logits
 from swiftspec.tree import grow, new_tree, sample_children, select_leaves, select_subtree, topk_children
-from swiftspec.verify import verify_probs
+from swiftspec.verify import Acceptance, verify_probs
 
 V = 8
 TRIALS = 20_000
@@ -59,7 +59,19 @@ def _draft_logits(codes: torch.Tensor) -> torch.Tensor:
 
 def _draft_probs(codes: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """q: the draft honours temperature; full support so k distinct children can be drawn."""
-    return process_logits(_draft_logits(codes), SamplingParams(temperature=params.temperature))
+    draft_params = SamplingParams(temperature=params.temperature)
+    return _per_path(lambda c: process_logits(_draft_logits(c), draft_params), codes)
+
+
+def _target_probs(codes: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """p: the processed target distribution after each path."""
+    return _per_path(lambda c: process_logits(_target_logits(c), params), codes)
+
+
+def _per_path(dist, codes: torch.Tensor) -> torch.Tensor:
+    """dist(codes) [..., V], computed once per distinct path (trials share most paths)."""
+    unique, inverse = torch.unique(codes, return_inverse=True)
+    return dist(unique)[inverse]
 
 
 def _context_code(path: tuple[int, ...]) -> int:
@@ -114,26 +126,28 @@ def _topk_trees(root_codes: torch.Tensor, shape: tuple[int, ...]) -> _Batch:
     """Each trial gets the (deterministic) grown tree of its root path."""
     unique, which = torch.unique(root_codes, return_inverse=True)
     trees = [_grown_tree(int(code), *shape) for code in unique]
-    return _Batch(*(torch.cat([getattr(t, f) for t in trees])[which] for f in ("tokens", "parents", "codes")))
+    fields = zip(*((t.tokens, t.parents, t.codes) for t in trees))
+    return _Batch(*(torch.cat(field)[which] for field in fields))
 
 
 def _round(root_codes: torch.Tensor, kind: str, shape: tuple[int, ...], params: SamplingParams,
-           generator: torch.Generator):
-    """Draft a tree per trial and verify it; returns the batched Acceptance."""
+           generator: torch.Generator) -> Acceptance:
+    """Draft a tree per trial and verify it (a batch of B trees)."""
     deterministic = kind == "topk"
     if deterministic:
         trees = _topk_trees(root_codes, shape)
     else:
         trees = _sampled_trees(root_codes, shape, params, generator)
-    p = process_logits(_target_logits(trees.codes), params)
+    p = _target_probs(trees.codes, params)
     q = None if deterministic else _draft_probs(trees.codes, params)
     return verify_probs(trees.tokens, trees.parents, p, q, generator, deterministic)
 
 
-def _first_two(kind: str, shape: tuple[int, ...], params: SamplingParams, seed: int) -> torch.Tensor:
-    """[TRIALS] int64 codes t1 * V + t2 of the first two emitted tokens of each trial."""
+def _first_two(kind: str, shape: tuple[int, ...], params: SamplingParams, seed: int,
+               trials: int = TRIALS) -> torch.Tensor:
+    """[trials] int64 codes t1 * V + t2 of the first two emitted tokens of each trial."""
     generator = make_generator(seed)
-    start = torch.full((TRIALS,), _context_code(CONTEXT))
+    start = torch.full((trials,), _context_code(CONTEXT))
     first = _round(start, kind, shape, params, generator)
     t1 = first.emitted[:, 0]
     second = _round(_extend(start, t1), kind, shape, params, generator)
@@ -144,8 +158,8 @@ def _first_two(kind: str, shape: tuple[int, ...], params: SamplingParams, seed: 
 def _exact(params: SamplingParams) -> torch.Tensor:
     """[V * V] float64 exact P(t1, t2) under the processed target."""
     start = torch.tensor(_context_code(CONTEXT))
-    p1 = process_logits(_target_logits(start), params).double()  # [V]
-    p2 = process_logits(_target_logits(_extend(start, torch.arange(V))), params).double()  # [V, V]
+    p1 = _target_probs(start, params).double()  # [V]
+    p2 = _target_probs(_extend(start, torch.arange(V)), params).double()  # [V, V]
     return (p1[:, None] * p2).reshape(-1)
 
 
@@ -169,6 +183,15 @@ def _chi2(outcomes: torch.Tensor, probs: torch.Tensor) -> tuple[float, float]:
     return stat, _chi2_threshold(int(keep.sum()) - 1)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors: intra-op threads only add contention on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 CASES = {
     "sampled-chain": ("sampled", (1, 1, 1)),
     "sampled-tree": ("sampled", (3, 2)),
@@ -182,3 +205,40 @@ CASES = {
 def test_first_two_tokens_follow_target(case, params):
     stat, threshold = _chi2(_first_two(*case, params, seed=1234), _exact(params))
     assert stat < threshold, f"chi-square {stat:.1f} >= {threshold:.1f}"
+
+
+def _skip_residual(residual, proposal, token):
+    """Broken: keeps p' after a rejection instead of normalize(max(0, p' - q))."""
+    return residual, stochastic._normalize(proposal.scatter(1, token, 0.0), proposal)
+
+
+def _keep_rejected(residual, token):
+    """Broken: a rejected top-k sibling keeps its mass in p'."""
+    return residual
+
+
+def _no_sibling_exclusion(residual, proposal, token):
+    """Broken for distinct siblings: textbook SpecInfer, testing every child against the full q."""
+    return stochastic._normalize((residual - proposal).clamp_min(0.0), residual), proposal
+
+
+BROKEN = {
+    "skip-residual": ("_reject_sampled", _skip_residual, "sampled-tree", "t1.0"),
+    "keep-rejected-sibling": ("_reject_deterministic", _keep_rejected, "topk-tree", "t1.0"),
+    "no-sibling-exclusion": ("_reject_sampled", _no_sibling_exclusion, "sampled-tree", "t0.7-p0.9"),
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN.values(), ids=BROKEN.keys())
+def test_same_check_rejects_broken_verifier(broken, monkeypatch):
+    name, replacement, case, params = broken
+    monkeypatch.setattr(stochastic, name, replacement)
+    stat, threshold = _chi2(_first_two(*CASES[case], PARAMS[params], seed=1234), _exact(PARAMS[params]))
+    assert stat >= threshold, f"broken verifier passed: chi-square {stat:.1f} < {threshold:.1f}"
+
+
+def test_same_seed_same_outcomes():
+    params = PARAMS["t0.7-p0.9"]
+    first = _first_two("sampled", (3, 2), params, seed=7, trials=500)
+    assert torch.equal(first, _first_two("sampled", (3, 2), params, seed=7, trials=500))
+    assert not torch.equal(first, _first_two("sampled", (3, 2), params, seed=8, trials=500))

@@ -13,13 +13,20 @@ namespace swiftspec {
 
 constexpr int kTileN = 16;  // output channels per tile (one zmm of fp32 lanes)
 
-// Row-wise quantized activations.  xq: [M, Kp] int8, zero-padded past K.
-struct ActQ {
-  const int8_t* xq;
-  const int16_t* x16;  // same values widened to int16 (AVX2 path only, else nullptr)
-  const float* xs;     // [M, nb] block scales
-  const int32_t* xsum; // [M, nb] sum of the int8 values of each block
-  int64_t ldx;         // row stride of xq / x16 (= Kp)
+// Row-wise quantized activations.  Rows go in passes of kPassRows; the AVX-512 layout puts the
+// 4-byte k-groups of a pass's rows side by side so one base pointer reaches them all:
+//   AVX-512: xq pass p (rows 16p..): [Kp/4][R] int32 groups; xs, xc pass p: [nb][R]
+//   AVX2:    xq, x16: [M, Kp];                                 xs, xc: [M, nb]
+// xc is the per-(row, block) correction: int8 weights: -128 * sum(xq) (int32);
+// int4 weights: the bits of the float xs * sum(xq).
+constexpr int kPassRows = 16;
+
+struct ActQ {  // buffers owned by the caller; quantize_act_* fills them, tiles_* reads them
+  int8_t* xq;
+  int16_t* x16;  // AVX2 only, else nullptr
+  float* xs;     // block scales (amax / 127)
+  int32_t* xc;   // block corrections (see above)
+  int64_t Kp;          // padded K (multiple of the block)
   int nb;              // blocks per row (= Kp / blk)
 };
 
@@ -44,14 +51,20 @@ struct OutSpec {
   bool bf16;
 };
 
-// Per-ISA entry points: quantize activations; compute output tiles [t0, t1).
-void quantize_act_avx512(const void* x, bool x_bf16, int64_t M, int64_t K, int64_t ldx_in,
-                         int blk, int64_t Kp, int8_t* xq, float* xs, int32_t* xsum);
+// Per-ISA entry points.  quantize_act_*: rows [r0, r1) of x (r0 a multiple of kPassRows) into
+// `a`; tiles_*: output tiles [t0, t1) for all M rows.
+struct ActIn {
+  const void* x;
+  bool bf16;
+  int64_t ld;  // row stride of x, elements
+  int64_t K;
+  int64_t M;
+  bool int4;
+  int blk;
+};
+void quantize_act_avx512(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1);
 void tiles_avx512(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);
-
-void quantize_act_avx2(const void* x, bool x_bf16, int64_t M, int64_t K, int64_t ldx_in,
-                       int blk, int64_t Kp, int8_t* xq, float* xs, int32_t* xsum,
-                       int16_t* x16);
+void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1);
 void tiles_avx2(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);
 
 }  // namespace swiftspec

@@ -38,9 +38,8 @@ inline int32_t hsum(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Quantize one full block of fp32/bf16 values (see qgemm.h for the rounding rule).
-void quantize_block(const void* x, bool bf16, int blk, int8_t* q, int16_t* q16, float* scale,
-                    int32_t* sum) {
+// Quantizes one full block of fp32/bf16 values (rounding rule in qgemm.h); returns its scale.
+float quantize_block(const void* x, bool bf16, int blk, int8_t* q, int16_t* q16, int32_t* sum) {
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   __m256 amax = _mm256_setzero_ps();
   for (int i = 0; i < blk; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(load8(x, bf16, i), absmask));
@@ -59,8 +58,16 @@ void quantize_block(const void* x, bool bf16, int blk, int8_t* q, int16_t* q16, 
     const __m256i b = _mm256_permute4x64_epi64(_mm256_packs_epi16(w, w), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm256_castsi256_si128(b));
   }
-  *scale = a / 127.f;
   *sum = hsum(s);
+  return a / 127.f;
+}
+
+inline float load1(const char* x, bool bf16, int64_t i) {
+  if (!bf16) return reinterpret_cast<const float*>(x)[i];
+  const uint32_t u = (uint32_t)reinterpret_cast<const uint16_t*>(x)[i] << 16;
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
 }
 
 inline __m256i bcast8(const int16_t* p) {
@@ -116,10 +123,10 @@ void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
     __m256i s[R][4];
     for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = _mm256_setzero_si256();
     const uint8_t* wb = wt + (int64_t)b * w.blk * kTileN;
-    const int16_t* xb = a.x16 + r0 * a.ldx + (int64_t)b * w.blk;
+    const int16_t* xb = a.x16 + r0 * a.Kp + (int64_t)b * w.blk;
     for (int k = 0; k < w.blk; k += 4) {
       __m256i xv[R];
-      for (int r = 0; r < R; ++r) xv[r] = bcast8(xb + r * a.ldx + k);
+      for (int r = 0; r < R; ++r) xv[r] = bcast8(xb + r * a.Kp + k);
       for (int p = 0; p < 4; ++p) {
         const __m256i wv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(wb + k * kTileN + 16 * p)));
         for (int r = 0; r < R; ++r) s[r][p] = _mm256_add_epi32(s[r][p], _mm256_madd_epi16(wv, xv[r]));
@@ -127,7 +134,7 @@ void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
     }
     for (int r = 0; r < R; ++r) {
       const int64_t i = (r0 + r) * a.nb + b;
-      const __m256i init = _mm256_set1_epi32(-128 * a.xsum[i]);
+      const __m256i init = _mm256_set1_epi32(a.xc[i]);  // -128 * sum(xq)
       __m256i lo, hi;
       fold(s[r], lo, hi);
       const __m256 xs = _mm256_set1_ps(a.xs[i]);
@@ -145,8 +152,8 @@ void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
 
 // Adds xs * (d * P + mn * xsum) for one group of one row (8 + 8 channels).
 inline void int4_group(__m256 (&acc)[2], __m256i lo, __m256i hi, const uint16_t* d,
-                       const uint16_t* mn, float xs, int32_t xsum) {
-  const __m256 vx = _mm256_set1_ps(xs), vxs = _mm256_set1_ps(xs * (float)xsum);
+                       const uint16_t* mn, float xs, float xc) {
+  const __m256 vx = _mm256_set1_ps(xs), vxs = _mm256_set1_ps(xc);
   const __m256i p[2] = {lo, hi};
   for (int h = 0; h < 2; ++h) {
     const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(d + 8 * h)));
@@ -166,12 +173,12 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
     __m256i s[R][4];
     for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = _mm256_setzero_si256();
     const uint8_t* wg = wt + (int64_t)g * w.blk * (kTileN / 2);
-    const int16_t* xg = a.x16 + r0 * a.ldx + (int64_t)g * w.blk;
+    const int16_t* xg = a.x16 + r0 * a.Kp + (int64_t)g * w.blk;
     for (int k = 0; k < w.blk; k += 8) {
       __m256i xl[R], xh[R];
       for (int r = 0; r < R; ++r) {
-        xl[r] = bcast8(xg + r * a.ldx + k);
-        xh[r] = bcast8(xg + r * a.ldx + k + 4);
+        xl[r] = bcast8(xg + r * a.Kp + k);
+        xh[r] = bcast8(xg + r * a.Kp + k + 4);
       }
       for (int p = 0; p < 4; ++p) {
         const __m128i v = _mm_loadu_si128((const __m128i*)(wg + k * (kTileN / 2) + 16 * p));
@@ -188,7 +195,9 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
       const int64_t i = (r0 + r) * a.nb + g;
       __m256i lo, hi;
       fold(s[r], lo, hi);
-      int4_group(acc[r], lo, hi, w.d + gi, w.mn + gi, a.xs[i], a.xsum[i]);
+      float xc;
+      std::memcpy(&xc, &a.xc[i], 4);  // xs * sum(xq)
+      int4_group(acc[r], lo, hi, w.d + gi, w.mn + gi, a.xs[i], xc);
     }
   }
   store_rows<R>(o, t, r0, acc);
@@ -196,30 +205,27 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
 
 }  // namespace
 
-void quantize_act_avx2(const void* x, bool x_bf16, int64_t M, int64_t K, int64_t ldx_in,
-                       int blk, int64_t Kp, int8_t* xq, float* xs, int32_t* xsum,
-                       int16_t* x16) {
-  const int64_t nb = Kp / blk, esz = x_bf16 ? 2 : 4;
+void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1) {
+  const int64_t esz = in.bf16 ? 2 : 4;
+  const int blk = in.blk;
   alignas(32) float tmp[128];
-  for (int64_t r = 0; r < M; ++r) {
-    const char* xr = static_cast<const char*>(x) + r * ldx_in * esz;
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t k0 = b * blk, o = r * Kp + k0;
-      if (k0 + blk <= K) {
-        quantize_block(xr + k0 * esz, x_bf16, blk, xq + o, x16 + o, xs + r * nb + b, xsum + r * nb + b);
-        continue;
+  for (int64_t r = r0; r < r1; ++r) {
+    const char* xr = static_cast<const char*>(in.x) + r * in.ld * esz;
+    for (int b = 0; b < a.nb; ++b) {
+      const int64_t k0 = (int64_t)b * blk, o = r * a.Kp + k0, i = r * a.nb + b;
+      const void* src = xr + k0 * esz;
+      bool bf16 = in.bf16;
+      if (k0 + blk > in.K) {  // the ragged last block goes through a zero-padded fp32 copy
+        for (int j = 0; j < blk; ++j) tmp[j] = k0 + j < in.K ? load1(xr, bf16, k0 + j) : 0.f;
+        src = tmp;
+        bf16 = false;
       }
-      for (int i = 0; i < blk; ++i) {  // the ragged last block goes through a zero-padded copy
-        float v = 0.f;
-        if (k0 + i < K && x_bf16) {
-          const uint32_t u = (uint32_t)reinterpret_cast<const uint16_t*>(xr)[k0 + i] << 16;
-          std::memcpy(&v, &u, 4);
-        } else if (k0 + i < K) {
-          v = reinterpret_cast<const float*>(xr)[k0 + i];
-        }
-        tmp[i] = v;
-      }
-      quantize_block(tmp, false, blk, xq + o, x16 + o, xs + r * nb + b, xsum + r * nb + b);
+      int32_t sum;
+      const float sc = quantize_block(src, bf16, blk, a.xq + o, a.x16 + o, &sum);
+      a.xs[i] = sc;
+      const float c = sc * (float)sum;
+      if (in.int4) std::memcpy(&a.xc[i], &c, 4);
+      else a.xc[i] = -128 * sum;
     }
   }
 }

@@ -13,7 +13,16 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kMaxRows = 16;  // rows per pass: 16 int32 accumulators + weight registers
+// Software prefetch distance in the weight stream.  With several rows per pass the loop is busy
+// computing and the hardware prefetcher alone leaves DRAM idle; one row is pure streaming.
+#ifndef SWIFTSPEC_PREFETCH
+#define SWIFTSPEC_PREFETCH 2048
+#endif
+constexpr int kPrefetch = SWIFTSPEC_PREFETCH;
+
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
 
 inline __m512 load_x16(const void* x, bool bf16, int64_t i, __mmask16 m) {
   if (bf16) {
@@ -23,37 +32,28 @@ inline __m512 load_x16(const void* x, bool bf16, int64_t i, __mmask16 m) {
   return _mm512_maskz_loadu_ps(m, static_cast<const float*>(x) + i);
 }
 
-inline __mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
-// Quantize one K-block of one row: returns the block scale, writes int8 values and their sum.
-void quantize_block(const void* x, bool bf16, int64_t k0, int64_t kend, int blk, int8_t* q,
-                    float* scale, int32_t* sum) {
+// Quantizes x[k0, k0 + blk) of one row (zeros past kend); the 4-byte k-groups go to dst[g * step].
+// Returns the scale; *sum gets the sum of the int8 values.
+float quantize_block(const void* x, bool bf16, int64_t k0, int64_t kend, int blk, int32_t* dst,
+                     int64_t step, int32_t* sum) {
   __m512 amax = _mm512_setzero_ps();
   for (int i = 0; i < blk; i += 16) {
-    __m512 v = load_x16(x, bf16, k0 + i, tail_mask(kend - k0 - i));
-    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(load_x16(x, bf16, k0 + i, tail_mask(kend - k0 - i))));
   }
   const float a = _mm512_reduce_max_ps(amax);
-  const float inv = a > 0.f ? 127.f / a : 0.f;
-  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512 vinv = _mm512_set1_ps(a > 0.f ? 127.f / a : 0.f);
   __m512i s = _mm512_setzero_si512();
+  alignas(16) int32_t g[4];
   for (int i = 0; i < blk; i += 16) {
-    __m512 v = load_x16(x, bf16, k0 + i, tail_mask(kend - k0 - i));
-    __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, vinv));  // round half to even
-    qi = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-    s = _mm512_add_epi32(s, qi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(qi));
+    const __m512 v = load_x16(x, bf16, k0 + i, tail_mask(kend - k0 - i));
+    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, vinv));  // round half to even
+    q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    s = _mm512_add_epi32(s, q);
+    _mm_store_si128(reinterpret_cast<__m128i*>(g), _mm512_cvtepi32_epi8(q));
+    for (int j = 0; j < 4; ++j) dst[(i / 4 + j) * step] = g[j];
   }
-  *scale = a / 127.f;
   *sum = _mm512_reduce_add_epi32(s);
-}
-
-inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
+  return a / 127.f;
 }
 
 // fp32 -> bf16 with round-to-nearest-even (matches torch for finite values).
@@ -81,27 +81,35 @@ void store_rows(const OutSpec& o, int64_t t, int64_t r0, __m512 (&acc)[R]) {
   }
 }
 
+template <int R>
+inline void prefetch(const uint8_t* p) {
+  if constexpr (R > 1) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
+}
+
 // int8: y[r, n] = scale[n] * sum_b xs[r, b] * sum_{k in b} w[n, k] * xq[r, k].
-// Weights are stored as u8 = w + 128, so each block starts from -128 * sum_k xq[r, k].
+// Weights are stored as u8 = w + 128, so each block starts from xc = -128 * sum_k xq[r, k].
 template <int R>
 void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
   const uint8_t* wt = w.q + t * w.Kp * kTileN;
-  const int8_t* x0 = a.xq + r0 * a.ldx;
+  const int32_t* xi = reinterpret_cast<const int32_t*>(a.xq + r0 * a.Kp);  // [Kp/4][R]
+  const float* xs = a.xs + r0 * a.nb;                                      // [nb][R]
+  const int32_t* xc = a.xc + r0 * a.nb;
+  const int steps = w.blk / 4;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int b = 0; b < a.nb; ++b) {
     __m512i p[R];
-    for (int r = 0; r < R; ++r) p[r] = _mm512_set1_epi32(-128 * a.xsum[(r0 + r) * a.nb + b]);
-    const uint8_t* wb = wt + (int64_t)b * w.blk * kTileN;
-    const int8_t* xb = x0 + (int64_t)b * w.blk;
+    for (int r = 0; r < R; ++r) p[r] = _mm512_set1_epi32(xc[b * R + r]);
+    const uint8_t* wb = wt + (int64_t)b * steps * 64;
+    const int32_t* xb = xi + (int64_t)b * steps * R;
 #pragma GCC unroll 4
-    for (int k = 0; k < w.blk; k += 4) {
-      const __m512i wv = _mm512_loadu_si512(wb + k * kTileN);
-      for (int r = 0; r < R; ++r) p[r] = _mm512_dpbusd_epi32(p[r], wv, bcast4(xb + r * a.ldx + k));
+    for (int s = 0; s < steps; ++s) {
+      const __m512i wv = _mm512_loadu_si512(wb + s * 64);
+      prefetch<R>(wb + s * 64);
+      for (int r = 0; r < R; ++r) p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xb[s * R + r]));
     }
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(a.xs[(r0 + r) * a.nb + b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), s, acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_set1_ps(xs[b * R + r]), acc[r]);
     }
   }
   const __m512 sc = _mm512_loadu_ps(w.scale + t * kTileN);
@@ -109,39 +117,43 @@ void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
   store_rows<R>(o, t, r0, acc);
 }
 
-// int4 (w = d * q + mn, q in 0..15): y[r, n] = sum_g xs[r, g] * (d * P + mn * xsum[r, g]).
-// Each 64-byte vector holds, per channel lane, k..k+3 in the low and k+4..k+7 in the high nibbles.
+// int4 (w = d * q + mn, q in 0..15): y[r, n] = sum_g xs[r, g] * (d * P + mn * xsum[r, g]),
+// P = sum_k q * xq.  Per channel lane, a 64-byte vector holds k..k+3 in the low and k+4..k+7 in
+// the high nibbles, i.e. the k-groups 2s and 2s + 1 of the activations.
 template <int R>
 void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
   const uint8_t* wt = w.q + t * w.Kp * (kTileN / 2);
   const uint16_t* dt = w.d + t * a.nb * kTileN;
   const uint16_t* mt = w.mn + t * a.nb * kTileN;
-  const int8_t* x0 = a.xq + r0 * a.ldx;
+  const int32_t* xi = reinterpret_cast<const int32_t*>(a.xq + r0 * a.Kp);  // [Kp/4][R]
+  const float* xs = a.xs + r0 * a.nb;                                      // [nb][R]
+  const float* xc = reinterpret_cast<const float*>(a.xc + r0 * a.nb);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const int steps = w.blk / 8;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int g = 0; g < a.nb; ++g) {
     __m512i p[R];
     for (int r = 0; r < R; ++r) p[r] = _mm512_setzero_si512();
-    const uint8_t* wg = wt + (int64_t)g * w.blk * (kTileN / 2);
-    const int8_t* xg = x0 + (int64_t)g * w.blk;
+    const uint8_t* wg = wt + (int64_t)g * steps * 64;
+    const int32_t* xg = xi + (int64_t)g * steps * 2 * R;
 #pragma GCC unroll 2
-    for (int k = 0; k < w.blk; k += 8) {
-      const __m512i v = _mm512_loadu_si512(wg + k * (kTileN / 2));
+    for (int s = 0; s < steps; ++s) {
+      const __m512i v = _mm512_loadu_si512(wg + s * 64);
+      prefetch<R>(wg + s * 64);
       const __m512i lo = _mm512_and_si512(v, low4);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       for (int r = 0; r < R; ++r) {
-        p[r] = _mm512_dpbusd_epi32(p[r], lo, bcast4(xg + r * a.ldx + k));
-        p[r] = _mm512_dpbusd_epi32(p[r], hi, bcast4(xg + r * a.ldx + k + 4));
+        p[r] = _mm512_dpbusd_epi32(p[r], lo, _mm512_set1_epi32(xg[(2 * s) * R + r]));
+        p[r] = _mm512_dpbusd_epi32(p[r], hi, _mm512_set1_epi32(xg[(2 * s + 1) * R + r]));
       }
     }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dt + g * kTileN)));
-    const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(mt + g * kTileN)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dt + g * kTileN)));
+    const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mt + g * kTileN)));
     for (int r = 0; r < R; ++r) {
-      const int64_t i = (r0 + r) * a.nb + g;
-      const __m512 px = _mm512_mul_ps(_mm512_cvtepi32_ps(p[r]), _mm512_set1_ps(a.xs[i]));
+      const __m512 px = _mm512_mul_ps(_mm512_cvtepi32_ps(p[r]), _mm512_set1_ps(xs[g * R + r]));
       acc[r] = _mm512_fmadd_ps(px, d, acc[r]);
-      acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(a.xs[i] * (float)a.xsum[i]), acc[r]);
+      acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xc[g * R + r]), acc[r]);
     }
   }
   store_rows<R>(o, t, r0, acc);
@@ -155,18 +167,25 @@ struct Table {
   static constexpr TileFn i4[] = {tile_int4<Rs>...};
 };
 using Rows = Table<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>;
+static_assert(kPassRows == 16, "one table entry per pass size");
 
 }  // namespace
 
-void quantize_act_avx512(const void* x, bool x_bf16, int64_t M, int64_t K, int64_t ldx_in,
-                         int blk, int64_t Kp, int8_t* xq, float* xs, int32_t* xsum) {
-  const int64_t nb = Kp / blk;
-  const int64_t esz = x_bf16 ? 2 : 4;
-  for (int64_t r = 0; r < M; ++r) {
-    const char* xr = static_cast<const char*>(x) + r * ldx_in * esz;
-    for (int64_t b = 0; b < nb; ++b) {
-      quantize_block(xr, x_bf16, b * blk, K, blk, xq + r * Kp + b * blk, xs + r * nb + b,
-                     xsum + r * nb + b);
+void quantize_act_avx512(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1) {
+  const int64_t esz = in.bf16 ? 2 : 4;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t p0 = r / kPassRows * kPassRows;  // first row of r's pass
+    const int64_t R = in.M - p0 < kPassRows ? in.M - p0 : kPassRows, ri = r - p0;
+    const char* xr = static_cast<const char*>(in.x) + r * in.ld * esz;
+    int32_t* xi = reinterpret_cast<int32_t*>(a.xq + p0 * a.Kp);
+    for (int b = 0; b < a.nb; ++b) {
+      const int64_t k0 = (int64_t)b * in.blk, o = p0 * a.nb + b * R + ri;
+      int32_t sum;
+      const float sc = quantize_block(xr, in.bf16, k0, in.K, in.blk, xi + k0 / 4 * R + ri, R, &sum);
+      a.xs[o] = sc;
+      const float c = sc * (float)sum;
+      if (in.int4) std::memcpy(&a.xc[o], &c, 4);
+      else a.xc[o] = -128 * sum;
     }
   }
 }
@@ -175,8 +194,8 @@ void quantize_act_avx512(const void* x, bool x_bf16, int64_t M, int64_t K, int64
 void tiles_avx512(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
   const TileFn* fns = w.int4 ? Rows::i4 : Rows::i8;
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r0 = 0; r0 < o.M; r0 += kMaxRows) {
-      const int64_t rows = o.M - r0 < kMaxRows ? o.M - r0 : kMaxRows;
+    for (int64_t r0 = 0; r0 < o.M; r0 += kPassRows) {
+      const int64_t rows = o.M - r0 < kPassRows ? o.M - r0 : kPassRows;
       fns[rows - 1](a, w, o, t, r0);
     }
   }

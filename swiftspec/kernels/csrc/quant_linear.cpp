@@ -12,6 +12,9 @@ namespace swiftspec {
 namespace {
 
 // 0: no usable ISA, 1: AVX2 + FMA + F16C, 2: AVX-512 (F, BW, VL, DQ) + VNNI.
+// Below this many (tile x K x row) steps, waking the thread pool costs more than it saves.
+constexpr int64_t kSerialWork = 1 << 15;
+
 int64_t detect_isa() {
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -32,34 +35,32 @@ int64_t pick_isa(int64_t requested) {
 
 // Per-call activation buffers; they own the memory the ActQ view points into.
 struct ActBuffers {
-  at::Tensor xq, x16, xs, xsum;
+  at::Tensor xq, x16, xs, xc;
   ActQ view;
 };
 
-ActBuffers quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int blk, int64_t isa) {
+ActBuffers quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int blk, bool int4,
+                                int64_t isa) {
   const int64_t M = x.size(0), nb = Kp / blk;
   ActBuffers b;
   b.xq = at::empty({M, Kp}, x.options().dtype(at::kChar));
   b.xs = at::empty({M, nb}, x.options().dtype(at::kFloat));
-  b.xsum = at::empty({M, nb}, x.options().dtype(at::kInt));
+  b.xc = at::empty({M, nb}, x.options().dtype(at::kInt));
   if (isa == 1) b.x16 = at::empty({M, Kp}, x.options().dtype(at::kShort));
-  const bool bf16 = x.scalar_type() == at::kBFloat16;
-  const int64_t esz = bf16 ? 2 : 4, ld = x.stride(0);
-  const char* xp = static_cast<const char*>(x.data_ptr());
-  int8_t* xq = b.xq.data_ptr<int8_t>();
-  float* xs = b.xs.data_ptr<float>();
-  int32_t* xsum = b.xsum.data_ptr<int32_t>();
-  int16_t* x16 = isa == 1 ? b.x16.data_ptr<int16_t>() : nullptr;
-  at::parallel_for(0, M, 4, [&](int64_t r0, int64_t r1) {
-    const char* xr = xp + r0 * ld * esz;
-    if (isa == 2) {
-      quantize_act_avx512(xr, bf16, r1 - r0, K, ld, blk, Kp, xq + r0 * Kp, xs + r0 * nb, xsum + r0 * nb);
-    } else {
-      quantize_act_avx2(xr, bf16, r1 - r0, K, ld, blk, Kp, xq + r0 * Kp, xs + r0 * nb, xsum + r0 * nb,
-                        x16 + r0 * Kp);
-    }
-  });
-  b.view = ActQ{xq, x16, xs, xsum, Kp, static_cast<int>(nb)};
+  b.view = ActQ{b.xq.data_ptr<int8_t>(), isa == 1 ? b.x16.data_ptr<int16_t>() : nullptr,
+                b.xs.data_ptr<float>(), b.xc.data_ptr<int32_t>(), Kp, static_cast<int>(nb)};
+  const ActIn in{x.data_ptr(), x.scalar_type() == at::kBFloat16, x.stride(0), K, M, int4, blk};
+  const ActQ& a = b.view;
+  auto quantize = [&](int64_t p0, int64_t p1) {  // passes [p0, p1)
+    const int64_t r0 = p0 * kPassRows, r1 = std::min(M, p1 * kPassRows);
+    isa == 2 ? quantize_act_avx512(in, a, r0, r1) : quantize_act_avx2(in, a, r0, r1);
+  };
+  const int64_t passes = (M + kPassRows - 1) / kPassRows;
+  if (passes == 1) {
+    quantize(0, 1);
+  } else {
+    at::parallel_for(0, passes, 1, quantize);
+  }
   return b;
 }
 
@@ -83,9 +84,17 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   const int64_t isa = pick_isa(isa_request);
   const int64_t Kp = (K + blk - 1) / blk * blk, T = (N + kTileN - 1) / kTileN;
   TORCH_CHECK(q.numel() == T * kTileN * Kp / (int4 ? 2 : 1), "quant_linear: packed weight has the wrong size");
+  if (int4) {
+    TORCH_CHECK(Kp == K && d.scalar_type() == at::kHalf && mn.scalar_type() == at::kHalf &&
+                d.is_contiguous() && mn.is_contiguous() && d.numel() == T * kTileN * (K / blk) &&
+                mn.numel() == d.numel(), "quant_linear: bad int4 scales/mins");
+  } else {
+    TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.numel() == T * kTileN,
+                "quant_linear: bad int8 scales");
+  }
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   if (x.size(0) == 0) return out;
-  ActBuffers act = quantize_activations(x, K, Kp, static_cast<int>(blk), isa);
+  ActBuffers act = quantize_activations(x, K, Kp, static_cast<int>(blk), int4, isa);
   at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->numel() == N, "quant_linear: bias must have N elements");
@@ -98,12 +107,16 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
                   Kp, static_cast<int>(blk), int4};
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
                   x.scalar_type() == at::kBFloat16};
+  auto run = isa == 2 ? tiles_avx512 : tiles_avx2;
+  const int64_t nthreads = std::max<int64_t>(1, at::get_num_threads());
+  if (nthreads == 1 || T * Kp * x.size(0) < kSerialWork) {
+    run(act.view, w, o, 0, T);
+    return out;
+  }
   // Threads take chunks of tiles from a shared counter: a thread slowed down by a busy core
   // simply takes fewer chunks, and each chunk is one sequential stream of packed weights.
-  const int64_t nthreads = std::max<int64_t>(1, at::get_num_threads());
   const int64_t chunk = std::max<int64_t>(1, T / (nthreads * 8));
   std::atomic<int64_t> next{0};
-  auto run = isa == 2 ? tiles_avx512 : tiles_avx2;
   at::parallel_for(0, nthreads, 1, [&](int64_t, int64_t) {
     for (int64_t t0 = next.fetch_add(chunk); t0 < T; t0 = next.fetch_add(chunk)) {
       run(act.view, w, o, t0, std::min(T, t0 + chunk));

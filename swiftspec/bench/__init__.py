@@ -1,0 +1,148 @@
+"""`swiftspec bench`: our modes and peer implementations side by side on the same prompts and weights.
+
+Writes <out>/report.json, report.md and report.png. The CLI adds the shared model flags
+(add_engine_arguments) and then `add_arguments`; `run` does the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from swiftspec.bench.divergence import TieProbe, compare_to_ar
+from swiftspec.bench.harness import ModeSpec, RunResult, parse_modes, run_interleaved
+from swiftspec.bench.prompts import load_prompts
+from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
+from swiftspec.bench.roofline import measure_bandwidth
+from swiftspec.bench.runners import Lineup, build_lineup, mode_config
+from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
+from swiftspec.config import EngineConfig
+from swiftspec.errors import UserError
+from swiftspec.serve.engine_args import engine_config_from_args
+
+ALL_MODES = "ar,chain,tree,async,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Bench flags (the model, dtype and tree flags come from add_engine_arguments)."""
+    parser.add_argument("--modes", default=ALL_MODES,
+                        help="comma list of ar, chain, tree, async (optionally @bf16/@int8/@int4), hf-ar, "
+                             f"hf-assisted, llamacpp-ar, llamacpp-spec (default: {ALL_MODES})")
+    parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
+    parser.add_argument("--dataset", default=None, help='JSONL of {"prompt": ...} (default: HumanEval)')
+    parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per prompt (default 128)")
+    parser.add_argument("--out", default="bench_out", help="output directory (default bench_out)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt i is run with seed + i in every mode")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per mode first (default 1)")
+    parser.add_argument("--llama-server", default=None, help="llama-server binary for the llama.cpp peers")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="CPU threads for every mode and the bandwidth test (default: all cores)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load every mode once, run them interleaved per prompt, and write the report."""
+    specs = parse_modes(args.modes)
+    _check_args(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    base = engine_config_from_args(args, mode="ar")
+    prompts = load_prompts(args.prompts, args.dataset)
+    lineup = build_lineup(specs, base, args, out)
+    try:
+        ids = [_encode(lineup, p.text, base, args.max_tokens) for p in prompts]
+        bandwidth = measure_bandwidth(args.threads)
+        results = run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup)
+    finally:
+        lineup.close()  # frees memory before the tie probe loads the target
+    report = build_report(specs, lineup, results, ids, bandwidth, base, args)
+    write_json(report, out / "report.json")
+    write_markdown(report, out / "report.md")
+    from swiftspec.bench.plot import write_plot
+
+    write_plot(report, out / "report.png")
+    print_roofline(report)
+    print(f"bench: wrote {out / 'report.json'}, {out / 'report.md'}, {out / 'report.png'}", file=sys.stderr)
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.max_tokens < 1:
+        raise UserError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.warmup < 0:
+        raise UserError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+
+
+def _encode(lineup: Lineup, text: str, base: EngineConfig, max_tokens: int) -> list[int]:
+    ids = lineup.tokenizer.encode(text)
+    limit = base.target_load.max_seq_len
+    if len(ids) + max_tokens > limit:
+        raise UserError(f"a prompt has {len(ids)} tokens; with --max-tokens {max_tokens} it exceeds "
+                        f"--max-seq-len {limit}")
+    return ids
+
+
+def build_report(
+    specs: list[ModeSpec],
+    lineup: Lineup,
+    results: dict[str, list[RunResult]],
+    prompts: list[list[int]],
+    bandwidth: float,
+    base: EngineConfig,
+    args: argparse.Namespace,
+) -> dict:
+    """report.json's content; runs our target once per divergent mode to classify ties."""
+    ran = [s for s in specs if s.name in results]
+    ar = next((s for s in ran if s.kind == "ours" and s.variant == "ar"), None)
+    comparable = ar is not None and args.temperature == 0
+    probe = TieProbe(base.target, mode_config(base, ar, args.draft_weights).target_load) if comparable else None
+    modes = {}
+    try:
+        for spec in ran:
+            tokens = [r.tokens for r in results[spec.name]]
+            divs = compare_to_ar([r.tokens for r in results[ar.name]], tokens, prompts, probe) if comparable else []
+            inputs = ModeInputs(spec, results[spec.name], lineup.backends[spec.name], lineup.weight_bytes[spec.name],
+                                lineup.draft_forwards.get(spec.name, 0.0), not divs if comparable else None, divs)
+            modes[spec.name] = mode_entry(inputs, [len(p) for p in prompts], bandwidth)
+    finally:
+        if probe is not None:
+            probe.close()
+    add_speedups(modes)
+    return {
+        "machine": machine_info(args.threads),
+        "settings": _settings(args, base, len(prompts)),
+        "definitions": DEFINITIONS,
+        "bandwidth_gb_s": bandwidth / 1e9,
+        "modes": modes,
+        "skipped": dict(lineup.skipped),
+    }
+
+
+def _settings(args: argparse.Namespace, base: EngineConfig, n_prompts: int) -> dict:
+    return {
+        "modes": args.modes,
+        "prompts": n_prompts,
+        "dataset": args.dataset or "HumanEval",
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "warmup": args.warmup,
+        "threads": args.threads,
+        "target": base.target,
+        "draft": base.draft,
+        "dtype": base.target_load.dtype,
+        "weights": base.target_load.weights,
+        "max_seq_len": base.target_load.max_seq_len,
+        "tree": dataclasses.asdict(base.tree),
+    }

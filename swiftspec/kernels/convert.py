@@ -1,0 +1,58 @@
+"""In-place conversion of a model's linear layers to packed int8/int4 weights (CPU inference)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8
+
+FORMATS = ("int8", "int4")
+# Layers whose forward is y = F.linear(x, self.weight, bias) (matched on the class hierarchy, so
+# kernels/ need not import parallel/): torch's Linear, swiftspec's LinearBase family, and the LM
+# head.  VocabParallelEmbedding, the LM head's base class, is a lookup and is never converted.
+LINEAR_CLASSES = frozenset({"Linear", "LinearBase", "ParallelLMHead"})
+
+
+def is_linear(module: nn.Module) -> bool:
+    """True if `module` is a linear layer whose 2-D weight can be packed."""
+    w = getattr(module, "weight", None)
+    if isinstance(w, QuantWeight) or w is None or w.dim() != 2 or not w.is_floating_point():
+        return False
+    return any(c.__name__ in LINEAR_CLASSES for c in type(module).__mro__)
+
+
+def quantize_linear_(module: nn.Module, fmt: str, group_size: int | None = None) -> nn.Module:
+    """Replace module.weight ([N, K] Parameter) by its packed QuantWeight, in place.
+
+    fmt "int8": per-channel; group_size is the activation K-block (default: largest of
+    128/64/32 dividing K).  fmt "int4": group-wise, group_size in {32, 64, 128} (default 128).
+    The module's own forward keeps calling F.linear(x, self.weight, bias): QuantWeight routes that
+    call to swiftspec.kernels.linear.  A weight tied to another module (the embedding) stays
+    there; only this module's reference is replaced.  The packed weight is not a Parameter, so it
+    is not in state_dict() and not moved by .to(); convert after loading, on the target device."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown weight format {fmt!r}; expected one of {FORMATS}")
+    w = module.weight
+    if fmt == "int8":
+        qw = quantize_int8(w.data, group_size)
+    else:
+        qw = quantize_int4(w.data, group_size or 128)
+    del module.weight  # drop the Parameter (the attribute, not a tied owner's)
+    module.weight = qw
+    return module
+
+
+def quantize_model_(model: nn.Module, fmt: str, group_size: int | None = None, *,
+                    lm_head: bool = True) -> list[str]:
+    """Convert every linear layer of `model` in place; returns the converted module names.
+
+    lm_head=False keeps the output projection (ParallelLMHead) in its original dtype."""
+    names = []
+    for name, module in list(model.named_modules()):
+        if not is_linear(module):
+            continue
+        if not lm_head and any(c.__name__ == "ParallelLMHead" for c in type(module).__mro__):
+            continue
+        quantize_linear_(module, fmt, group_size)
+        names.append(name)
+    return names

@@ -1,0 +1,93 @@
+"""JIT build (once, cached on disk) and call wrapper of the C++ quantized-linear CPU kernels.
+
+The extension is compiled with torch.utils.cpp_extension.load into
+``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>/`` (default cache: ~/.cache/swiftspec).  If it
+cannot be built or the CPU has neither AVX-512 VNNI nor AVX2, ``load()`` warns once and returns
+None, and callers use the torch reference instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from swiftspec.kernels.quant import QuantWeight
+
+_CSRC = Path(__file__).parent / "csrc"
+_SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp")
+# Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
+# glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
+_CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
+ISA_NAMES = {0: "none", 1: "avx2", 2: "avx512-vnni"}
+
+_EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
+_state: dict[str, ModuleType | None] = {}  # "ext" -> the module, or None after a failed attempt
+
+
+def cache_dir() -> Path:
+    """Root of SwiftSpec's on-disk cache (env SWIFTSPEC_CACHE, default ~/.cache/swiftspec)."""
+    return Path(os.environ.get("SWIFTSPEC_CACHE", Path.home() / ".cache" / "swiftspec"))
+
+
+def build_dir() -> Path:
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}".replace("+", "_")
+    return cache_dir() / "torch_ext" / tag
+
+
+def _build() -> ModuleType:
+    from torch.utils.cpp_extension import load
+
+    if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "AMD64"):
+        raise RuntimeError(f"kernels target x86-64 Linux, not {sys.platform}/{os.uname().machine}")
+    out = build_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    ext = load(name="swiftspec_qlinear", sources=[str(_CSRC / s) for s in _SOURCES],
+               extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=str(out),
+               verbose=False)
+    if ext.detect_isa() == 0:
+        raise RuntimeError("CPU has neither AVX-512 VNNI nor AVX2+FMA+F16C")
+    return ext
+
+
+def load() -> ModuleType | None:
+    """The compiled extension, building it on first use; None (warned once) if unavailable."""
+    if "ext" not in _state:
+        try:
+            _state["ext"] = _build()
+        except Exception as e:  # noqa: BLE001 - any build failure means "use the reference"
+            lines = str(e).strip().splitlines() or [type(e).__name__]
+            reason = next((ln for ln in lines if "error:" in ln), lines[0]).strip()[:200]
+            warnings.warn(f"swiftspec: quantized CPU kernels unavailable ({reason}); "
+                          "using the slower torch reference", RuntimeWarning, stacklevel=2)
+            _state["ext"] = None
+    return _state["ext"]
+
+
+def isa() -> str:
+    """Name of the ISA path the kernels run on here ("none" if unavailable)."""
+    ext = load()
+    return ISA_NAMES[ext.detect_isa()] if ext is not None else "none"
+
+
+def quant_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None,
+                 isa_level: int = 0) -> torch.Tensor:
+    """y [..., N] = x [..., K] @ W^T (+ bias) with the C++ kernels; x bf16 or fp32 on CPU.
+
+    isa_level: 0 = best available, 1 = force AVX2, 2 = force AVX-512 (tests use this)."""
+    ext = _state.get("ext") or load()
+    if ext is None:
+        raise RuntimeError("swiftspec quantized CPU kernels are unavailable")
+    n, k = qw.shape
+    x2 = x if x.dim() == 2 else x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if qw.fmt == "int4":
+        y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, isa_level)
+    else:
+        y = ext.quant_linear(x2, qw.qweight, qw.scale, _EMPTY, _EMPTY, bias, False, n, k, qw.group_size, isa_level)
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], n)

@@ -1,0 +1,173 @@
+"""Weight-only int8/int4 packing for the CPU linear kernels, and their plain-torch references.
+
+Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero):
+- int8: per-channel symmetric, w ~= scale[n] * q, q in [-127, 127].  ``qweight`` is uint8
+  [T, Kp/4, 16, 4] holding q + 128: one 64-byte vector is 16 channels x 4 consecutive k, the
+  operand order of vpdpbusd.  K is zero-padded to Kp, a multiple of ``group_size`` (the K-block
+  over which the kernel quantizes activations).
+- int4: group-wise asymmetric, w ~= d[n, g] * q + mn[n, g], q in [0, 15] (llama.cpp's Q4_1).
+  ``qweight`` is uint8 [T, K/8, 16, 4]: byte i of a channel's 4 bytes holds k = 8s + i in its low
+  and k = 8s + 4 + i in its high nibble, so one shift + mask gives two vpdpbusd operands.
+  ``scale`` (d) and ``mins`` (mn) are fp16 [T, K/G, 16].
+
+The kernel quantizes each activation row to int8 per K-block (scale = amax / 127, round half to
+even) and sums exactly in int32: ``quant_linear_a8_ref`` reproduces that, ``quant_linear_ref`` is
+the ideal x @ dequant(W)^T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+TILE_N = 16  # output channels per tile: one 512-bit vector of fp32 accumulators
+BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group size)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantWeight:
+    """A packed [N, K] weight; F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
+
+    fmt: str  # "int8" | "int4"
+    shape: tuple[int, int]  # logical (N, K)
+    group_size: int  # int4: K-group of d/mn; int8: activation K-block
+    qweight: torch.Tensor  # uint8, layout in the module docstring
+    scale: torch.Tensor  # int8: fp32 [T * 16]; int4: fp16 [T, K/G, 16]
+    mins: torch.Tensor | None = None  # int4: fp16 [T, K/G, 16]; int8: None
+
+    @property
+    def device(self) -> torch.device:
+        return self.qweight.device
+
+    @property
+    def padded_k(self) -> int:
+        return -(-self.shape[1] // self.group_size) * self.group_size
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.mins is None else self.mins.numel() * self.mins.element_size()
+        return self.qweight.numel() + self.scale.numel() * self.scale.element_size() + extra
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        """Lets unmodified layers that call F.linear(x, weight, bias) run quantized."""
+        if func is not F.linear:
+            return NotImplemented
+        from swiftspec.kernels import linear  # the one dispatch point; imported late (cycle)
+
+        return linear(*args, **(kwargs or {}))
+
+
+def _tiles(n: int) -> int:
+    return -(-n // TILE_N)
+
+
+CHUNK_ROWS = 8192  # rows quantized at a time (a multiple of TILE_N): bounds fp32 temporaries
+
+
+def _check_weight(w: torch.Tensor) -> None:
+    if w.dim() != 2 or not w.is_floating_point():
+        raise ValueError(f"expected a 2-D floating weight, got {tuple(w.shape)} {w.dtype}")
+
+
+def quantize_int8(w: torch.Tensor, block: int | None = None) -> QuantWeight:
+    """Per-output-channel symmetric int8.  w: [N, K]; block: activation K-block (default: the
+    largest of 128/64/32 that divides K, else 32 with K zero-padded)."""
+    _check_weight(w)
+    n, k = w.shape
+    if block is None:
+        block = next((b for b in BLOCKS if k % b == 0), 32)
+    if block not in BLOCKS:
+        raise ValueError(f"int8 block must be one of {BLOCKS}, got {block}")
+    kp, t = -(-k // block) * block, _tiles(n)
+    packed = torch.empty(t, kp // 4, TILE_N, 4, dtype=torch.uint8)
+    scales = torch.zeros(t * TILE_N, dtype=torch.float32)
+    for r0 in range(0, n, CHUNK_ROWS):
+        wc = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu()  # [rows, K]
+        scale = wc.abs().amax(dim=1) / 127.0
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        q = torch.zeros(_tiles(wc.shape[0]) * TILE_N, kp, dtype=torch.int16)
+        q[: wc.shape[0], :k] = torch.round(wc / scale[:, None]).clamp_(-127, 127).to(torch.int16)
+        q = (q + 128).to(torch.uint8).view(-1, TILE_N, kp // 4, 4).permute(0, 2, 1, 3)
+        packed[r0 // TILE_N : r0 // TILE_N + q.shape[0]] = q
+        scales[r0 : r0 + wc.shape[0]] = scale
+    return QuantWeight("int8", (n, k), block, packed, scales)
+
+
+def quantize_int4(w: torch.Tensor, group_size: int = 128) -> QuantWeight:
+    """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0."""
+    _check_weight(w)
+    n, k = w.shape
+    if group_size not in BLOCKS or k % group_size:
+        raise ValueError(f"int4 needs group_size in {BLOCKS} dividing K={k}, got {group_size}")
+    t, ng = _tiles(n), k // group_size
+    packed = torch.empty(t, k // 8, TILE_N, 4, dtype=torch.uint8)
+    d_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
+    m_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
+    for r0 in range(0, n, CHUNK_ROWS):
+        g = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu().view(-1, ng, group_size)
+        rows = g.shape[0]
+        lo, hi = g.amin(dim=-1), g.amax(dim=-1)  # [rows, K/G]
+        d16, m16 = ((hi - lo) / 15.0).half(), lo.half()
+        if not (torch.isfinite(d16).all() and torch.isfinite(m16).all()):
+            raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")
+        d, m = d16.float()[..., None], m16.float()[..., None]
+        q = torch.where(d > 0, torch.round((g - m) / torch.where(d > 0, d, 1.0)), 0.0).clamp_(0, 15)
+        qp = torch.zeros(_tiles(rows) * TILE_N, k, dtype=torch.uint8)
+        qp[:rows] = q.view(rows, k).to(torch.uint8)
+        qp = qp.view(-1, TILE_N, k // 8, 2, 4)  # k = 8 s + 4 h + i
+        nibbles = (qp[:, :, :, 0] | (qp[:, :, :, 1] << 4)).permute(0, 2, 1, 3)  # [tiles, K/8, 16, 4]
+        packed[r0 // TILE_N : r0 // TILE_N + nibbles.shape[0]] = nibbles
+        d_all[r0 : r0 + rows], m_all[r0 : r0 + rows] = d16, m16
+    d_t, m_t = (v.view(t, TILE_N, ng).permute(0, 2, 1).contiguous() for v in (d_all, m_all))
+    return QuantWeight("int4", (n, k), group_size, packed, d_t, m_t)
+
+
+def dequantize(qw: QuantWeight) -> torch.Tensor:
+    """The fp32 [N, K] weight that ``qw`` represents."""
+    n, k = qw.shape
+    t = qw.qweight.shape[0]
+    if qw.fmt == "int8":
+        q = qw.qweight.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float() - 128.0
+        return (q * qw.scale[:, None])[:n, :k]
+    b = qw.qweight
+    q = torch.stack([b & 15, b >> 4], dim=3)  # [T, K/8, 16, 2, 4]
+    q = q.permute(0, 2, 1, 3, 4).reshape(t * TILE_N, k).float()
+
+    def per_k(v: torch.Tensor) -> torch.Tensor:  # [T, K/G, 16] -> [T*16, K]
+        return v.permute(0, 2, 1).reshape(t * TILE_N, -1).float().repeat_interleave(qw.group_size, 1)
+
+    return (per_k(qw.scale) * q + per_k(qw.mins))[:n]
+
+
+def quantize_act_ref(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [M, K] -> (q [M, Kp] fp32 holding int8 values, scale [M, Kp/block]) as the kernel does."""
+    m, k = x.shape
+    kp = -(-k // block) * block
+    xb = F.pad(x.float(), (0, kp - k)).view(m, kp // block, block)
+    amax = xb.abs().amax(dim=-1, keepdim=True)
+    c127 = torch.full_like(amax, 127.0)  # tensor / tensor is an IEEE division, like the kernel's
+    inv = torch.where(amax > 0, c127 / torch.where(amax > 0, amax, 1.0), 0.0)  # (python scalars
+    q = torch.round(xb * inv).clamp_(-127, 127)  # divide via a rounded reciprocal)
+    return q.view(m, kp), (amax / c127).view(m, -1)
+
+
+def quant_linear_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Ideal result: x [..., K] @ dequant(qw)^T [K, N] (+ bias) in fp32, cast to x.dtype."""
+    y = x.float() @ dequantize(qw).to(x.device).T
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+def quant_linear_a8_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The kernel's numerics: x rows quantized to int8 per K-block, then exact products."""
+    x2 = x.reshape(-1, qw.shape[1])
+    q, s = quantize_act_ref(x2, qw.group_size)
+    xd = (q.view(x2.shape[0], -1, qw.group_size) * s[..., None]).view(x2.shape[0], -1)
+    y = xd[:, : qw.shape[1]] @ dequantize(qw).to(x.device).T
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype).view(*x.shape[:-1], qw.shape[0])

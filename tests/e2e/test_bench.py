@@ -1,0 +1,84 @@
+"""`swiftspec bench` end to end on the tiny model: the report's schema and files (values not asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from swiftspec.bench.check import problems
+from swiftspec.bench.divergence import first_mismatch
+from swiftspec.bench.harness import parse_modes
+from swiftspec.bench.prompts import load_prompts
+from swiftspec.bench.roofline import WeightBytes, bound
+from swiftspec.errors import UserError
+from swiftspec.serve.cli import run as cli_run
+
+DIST_KEYS = {"mean", "median", "p10", "p90"}
+MODE_KEYS = {
+    "kind", "backend", "tokens_per_s", "e2e_tokens_per_s", "ttft_s", "tpot_s", "acceptance_length", "rounds",
+    "draft_s", "verify_s", "matches_ar", "first_divergence", "divergences", "speedup_vs_ar", "speedup_vs_hf_ar", "roofline",
+    "per_prompt",
+}
+ROOFLINE_KEYS = {"target_weight_bytes", "draft_weight_bytes", "draft_forwards_per_round", "bytes_per_token",
+                 "bound_tokens_per_s", "fraction_of_bound"}
+
+
+def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "def add(a, b):\\n    return"}\n{"prompt": "The quick brown fox"}\n')
+    out = tmp_path / "out"
+    rc = cli_run([
+        "bench", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--dtype", "float32",
+        "--max-seq-len", "256", "--modes", "ar,chain,hf-ar,llamacpp-ar", "--prompts", "2", "--dataset", str(dataset),
+        "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
+    ])
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    assert {"cpu", "cores", "threads", "torch", "git_commit", "date", "command"} <= set(report["machine"])
+    assert report["bandwidth_gb_s"] > 0
+    assert set(report["modes"]) == {"ar", "chain", "hf-ar"}
+    assert "llamacpp-ar" in report["skipped"]  # llama.cpp needs a GGUF; the tiny model is an HF directory
+    for name, mode in report["modes"].items():
+        assert MODE_KEYS <= set(mode), name
+        assert set(mode["tokens_per_s"]) == DIST_KEYS
+        assert ROOFLINE_KEYS <= set(mode["roofline"])
+        assert len(mode["per_prompt"]) == 2 and all(isinstance(p["tokens"], list) for p in mode["per_prompt"])
+        assert isinstance(mode["matches_ar"], bool)
+        if not mode["matches_ar"]:
+            assert {"prompt", "token_index", "tie"} <= set(mode["first_divergence"])
+    assert report["modes"]["ar"]["matches_ar"] is True
+    assert report["modes"]["ar"]["acceptance_length"] == 1.0
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (out / "report.md").read_text()
+    assert all(f"| `{name}` |" in table for name in report["modes"])
+    # bench-check's validator: schema complete, and our chain mode is lossless against ar (up to ties).
+    assert problems(out) == []
+
+
+def test_parse_modes() -> None:
+    specs = parse_modes("ar, tree@int4,hf-assisted,llamacpp-spec")
+    assert [(s.kind, s.variant, s.weights) for s in specs] == [
+        ("ours", "ar", None), ("ours", "tree", "int4"), ("hf", "assisted", None), ("llamacpp", "spec", None)]
+    for bad in ("warp", "tree@int3", "hf-ar@int4", "ar,ar", ""):
+        with pytest.raises(UserError):
+            parse_modes(bad)
+
+
+def test_first_mismatch() -> None:
+    assert first_mismatch([1, 2, 3], [1, 2, 3]) is None
+    assert first_mismatch([1, 2, 3], [1, 5, 3]) == 1
+    assert first_mismatch([1, 2, 3], [1, 2]) == 2  # one run stopped (EOS) where the other went on
+
+
+def test_roofline_bound() -> None:
+    ar = bound(WeightBytes(target=1000), bandwidth=1e6, acceptance_length=1.0)
+    assert ar.tokens_per_s == pytest.approx(1000.0)
+    spec = bound(WeightBytes(target=1000, draft=100), bandwidth=1e6, acceptance_length=3.0, draft_forwards_per_round=4)
+    assert spec.bytes_per_token == pytest.approx(1400 / 3)
+
+
+def test_humaneval_prompts() -> None:
+    prompts = load_prompts(2)
+    assert [p.id for p in prompts] == ["HumanEval/0", "HumanEval/1"]
+    assert prompts[0].text.startswith("from typing import List")

@@ -1,0 +1,27 @@
+"""Fixtures for engine tests: tiny models loaded once, in fp32."""
+
+from __future__ import annotations
+
+import pytest
+
+from swiftspec.config import LoadConfig
+from swiftspec.weights import load_model
+
+FP32 = LoadConfig(dtype="float32", max_seq_len=256)
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_qwen_dir):
+    return load_model(str(tiny_qwen_dir), FP32)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_draft_dir):
+    return load_model(str(tiny_draft_dir), FP32)
+
+
+@pytest.fixture(scope="session")
+def sharp_pair_dirs(tmp_path_factory):
+    from spec_stats import sharp_pair
+
+    return sharp_pair(tmp_path_factory.mktemp("sharp"))

@@ -1,0 +1,186 @@
+"""Packed int8/int4 linear kernels: packing, the C++ extension against its references, dispatch,
+fallback, and model conversion.
+
+Tolerances (the kernel quantizes each x row to int8 per K-block, then sums exactly in int32):
+- against quant_linear_a8_ref (the same math in torch): |y - ref| <= 2e-5 * (|xd| @ |W|^T), the
+  fp32 summation-order bound for K <= 512, plus one bf16 ulp (2^-7 |ref|) for bf16 outputs;
+- against quant_linear_ref (exact x @ dequant(W)^T): relative Frobenius error <= 2e-2 (activation
+  quantization: about 0.7% for Gaussian rows).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from swiftspec import kernels
+from swiftspec.kernels import cpu_ext
+from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
+
+ISA_LEVELS = {"avx2": 1, "avx512-vnni": 2}
+
+
+@pytest.fixture(scope="module")
+def ext():
+    module = cpu_ext.load()
+    if module is None:
+        pytest.skip("C++ kernels could not be built here (no compiler, or CPU without AVX2/AVX-512)")
+    return module
+
+
+@pytest.fixture(scope="module")
+def isa_levels(ext) -> list[int]:
+    """Every ISA path this CPU can run (the AVX2 path is forced on AVX-512 machines too)."""
+    return list(range(1, ext.detect_isa() + 1))
+
+
+def _quantize(fmt: str, w: torch.Tensor, group: int | None) -> kernels.QuantWeight:
+    return kernels.quantize_int8(w, group) if fmt == "int8" else kernels.quantize_int4(w, group)
+
+
+def _check_a8(y: torch.Tensor, x: torch.Tensor, qw: kernels.QuantWeight, bias: torch.Tensor | None,
+              w: torch.Tensor) -> None:
+    """y against the kernel's math in torch; w = dequantize(qw) (passed in: it is reused)."""
+    q, s = quantize_act_ref(x, qw.group_size)
+    xd = (q.view(x.shape[0], -1, qw.group_size) * s[..., None]).view(x.shape[0], -1)[:, : qw.shape[1]]
+    ref = xd @ w.T + (0.0 if bias is None else bias)
+    ref = ref.to(x.dtype).float()
+    tol = 2e-5 * (xd.abs() @ w.abs().T) + 1e-30
+    if x.dtype == torch.bfloat16:
+        tol = tol + ref.abs() * 2.0**-7  # one bf16 ulp
+    assert y.dtype == x.dtype and y.shape == ref.shape
+    assert ((y.float() - ref).abs() <= tol).all(), (y.float() - ref).abs().max()
+
+
+@pytest.mark.parametrize("fmt,n,k,group", [
+    ("int8", 37, 256, None), ("int8", 16, 100, None), ("int8", 100, 192, 64), ("int8", 33, 96, 32),
+    ("int4", 37, 256, 32), ("int4", 100, 192, 64), ("int4", 17, 384, 128),
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_extension_matches_references(isa_levels, fmt, n, k, group, dtype) -> None:
+    torch.manual_seed(n * k)
+    w, bias = torch.randn(n, k), torch.randn(n)
+    qw = _quantize(fmt, w, group)
+    wd = dequantize(qw)
+    for m in range(1, 17):
+        x = torch.randn(m, k).to(dtype)
+        b = bias if m % 2 else None
+        exact = x.float() @ wd.T + (0.0 if b is None else b)  # quant_linear_ref before its cast
+        for level in isa_levels:
+            y = cpu_ext.quant_linear(x, qw, b, level)
+            _check_a8(y, x, qw, b, wd)
+            assert (y.float() - exact).norm() <= 2e-2 * exact.norm()
+
+
+def test_packing_roundtrip() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(40, 256) * 0.05 + 0.01
+    q8 = kernels.quantize_int8(w)
+    assert ((dequantize(q8) - w).abs() <= 0.5001 * q8.scale[:40, None]).all()
+    for group in (32, 64, 128):
+        q4 = kernels.quantize_int4(w, group)
+        d = q4.scale.permute(0, 2, 1).reshape(-1, 256 // group)[:40].float().repeat_interleave(group, 1)
+        assert ((dequantize(q4) - w).abs() <= 0.51 * d + 1e-4).all()
+        assert q4.qweight.numel() == 48 * 256 // 2  # N padded to 3 tiles of 16, two values a byte
+
+
+def test_rows_are_independent_of_batch_and_threads(ext) -> None:
+    """A row's output is bitwise the same alone, in any batch (passes of 16 rows), any thread count."""
+    torch.manual_seed(1)
+    qw = kernels.quantize_int4(torch.randn(520, 256), 64)
+    x = torch.randn(37, 256).to(torch.bfloat16)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([cpu_ext.quant_linear(x[i : i + 1], qw) for i in range(37)])
+        torch.set_num_threads(2)
+        batched = cpu_ext.quant_linear(x, qw)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(alone, batched)
+    _check_a8(batched, x, qw, None, dequantize(qw))
+    ref = quant_linear_a8_ref(x, qw).float()  # the published reference of the kernel's math
+    assert ((batched.float() - ref).abs() <= 1e-3 + ref.abs() * 2.0**-7).all()
+
+
+def test_strided_3d_and_zero_inputs(ext) -> None:
+    torch.manual_seed(2)
+    qw = kernels.quantize_int8(torch.randn(24, 64))
+    wide = torch.randn(5, 100)
+    x = wide[:, :64]  # row stride 100
+    assert torch.equal(cpu_ext.quant_linear(x, qw), cpu_ext.quant_linear(x.contiguous(), qw))
+    x3 = torch.randn(2, 3, 64).to(torch.bfloat16)
+    assert torch.equal(kernels.linear(x3, qw), cpu_ext.quant_linear(x3.reshape(6, 64), qw).view(2, 3, 24))
+    bias = torch.randn(24)
+    assert torch.equal(cpu_ext.quant_linear(torch.zeros(2, 64), qw, bias), bias.expand(2, 24))
+
+
+def test_dispatch(ext) -> None:
+    torch.manual_seed(3)
+    w, x = torch.randn(32, 64), torch.randn(4, 64)
+    assert torch.equal(kernels.linear(x, w), F.linear(x, w))
+    qw = kernels.quantize_int8(w)
+    assert torch.equal(kernels.linear(x, qw), cpu_ext.quant_linear(x, qw))
+    assert torch.equal(F.linear(x, qw), kernels.linear(x, qw))  # via QuantWeight.__torch_function__
+    x16 = x.half()  # no fp16 kernel: the exact reference
+    assert torch.equal(kernels.linear(x16, qw), quant_linear_ref(x16, qw))
+
+
+def test_fallback_without_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_compiler():
+        raise RuntimeError("no compiler in this test")
+
+    monkeypatch.setattr(cpu_ext, "_state", {})
+    monkeypatch.setattr(cpu_ext, "_build", no_compiler)
+    qw = kernels.quantize_int4(torch.randn(20, 64), 32)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="no compiler in this test"):
+        y = kernels.linear(x, qw)
+    assert torch.equal(y, quant_linear_ref(x, qw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once only
+        assert torch.equal(kernels.linear(x, qw), y)
+    assert cpu_ext.isa() == "none"
+
+
+def test_quantize_model_converts_linears_not_embeddings() -> None:
+    from swiftspec.parallel.linear import (
+        MergedColumnParallelLinear, ParallelLMHead, QKVParallelLinear, RowParallelLinear, VocabParallelEmbedding,
+    )
+
+    torch.manual_seed(4)
+    f32 = {"dtype": torch.float32}
+    model = nn.ModuleDict({
+        "embed": VocabParallelEmbedding(50, 64, **f32), "head": ParallelLMHead(50, 64, **f32),
+        "qkv": QKVParallelLinear(64, 16, 4, 2, bias=True, **f32), "o": RowParallelLinear(64, 64, bias=False, **f32),
+        "gate_up": MergedColumnParallelLinear(64, [96, 96], bias=False, **f32), "plain": nn.Linear(64, 32),
+    })
+    for p in model.parameters():
+        nn.init.normal_(p, std=0.1)
+    model["head"].weight = model["embed"].weight  # tied, as Qwen does
+    x = torch.randn(5, 64)
+    before = {name: model[name](x) for name in ("head", "qkv", "o", "gate_up", "plain")}
+    converted = kernels.quantize_model_(model, "int8")
+    assert sorted(converted) == ["gate_up", "head", "o", "plain", "qkv"]
+    assert isinstance(model["embed"].weight, nn.Parameter)  # the lookup keeps its table
+    assert model["embed"](torch.tensor([3])).shape == (1, 64)
+    for name, y0 in before.items():
+        assert isinstance(model[name].weight, kernels.QuantWeight)
+        assert (model[name](x) - y0).norm() <= 3e-2 * y0.norm(), name
+    head_kept = nn.ModuleDict({"head": ParallelLMHead(50, 64, **f32), "o": RowParallelLinear(64, 64, bias=False)})
+    for p in head_kept.parameters():
+        nn.init.normal_(p, std=0.1)
+    assert kernels.quantize_model_(head_kept, "int4", 32, lm_head=False) == ["o"]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="group_size"):
+        kernels.quantize_int4(torch.randn(16, 96), 64)
+    with pytest.raises(ValueError, match="block"):
+        kernels.quantize_int8(torch.randn(16, 96), 48)
+    with pytest.raises(ValueError, match="format"):
+        kernels.quantize_linear_(nn.Linear(64, 16), "int2")

@@ -1,0 +1,120 @@
+"""process_logits against a naive per-row reference; sync-free sampling and its generator."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from swiftspec.config import ConfigError
+from swiftspec.sampling import SamplingParams, make_generator, process_logits, sample
+
+FAST = settings(max_examples=60, deadline=None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors: intra-op threads only add contention on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _reference(row: list[float], params: SamplingParams) -> list[float]:
+    """Naive float64 processing of one row of logits."""
+    if params.greedy:
+        best = max(range(len(row)), key=lambda i: (row[i], -i))
+        return [float(i == best) for i in range(len(row))]
+    scaled = [x / params.temperature for x in row]
+    if 0 < params.top_k < len(row):
+        kth = sorted(scaled, reverse=True)[params.top_k - 1]
+        scaled = [x if x >= kth else -math.inf for x in scaled]
+    top = max(scaled)
+    probs = [math.exp(x - top) for x in scaled]
+    probs = [p / sum(probs) for p in probs]
+    mass = 0.0
+    for i in sorted(range(len(row)), key=lambda i: (-probs[i], i)):
+        assume(abs(mass - params.top_p) > 1e-4)  # float32 and float64 may cut differently
+        if mass >= params.top_p:
+            probs[i] = 0.0
+        else:
+            mass += probs[i]
+    floor = params.min_p * max(probs)
+    assume(all(abs(p - floor) > 1e-6 for p in probs if p > 0))
+    probs = [p if p >= floor else 0.0 for p in probs]
+    return [p / sum(probs) for p in probs]
+
+
+params_strategy = st.builds(
+    SamplingParams,
+    temperature=st.sampled_from([0.0, 0.3, 0.7, 1.0, 1.6]),
+    top_p=st.sampled_from([1.0, 0.95, 0.9, 0.5, 0.1]),
+    top_k=st.integers(0, 12),
+    min_p=st.sampled_from([0.0, 0.05, 0.3]),
+)
+# Logits on a grid of quarters: ties are then exact in float32 and float64 alike.
+logit = st.integers(-32, 32).map(lambda x: x / 4)
+rows_strategy = st.integers(2, 12).flatmap(
+    lambda v: st.lists(st.lists(logit, min_size=v, max_size=v), min_size=1, max_size=4)
+)
+
+
+@FAST
+@given(rows=rows_strategy, params=params_strategy)
+def test_process_logits_matches_reference(rows, params):
+    probs = process_logits(torch.tensor(rows), params)
+    assert probs.dtype == torch.float32 and probs.shape == (len(rows), len(rows[0]))
+    expected = torch.tensor([_reference(r, params) for r in rows])
+    torch.testing.assert_close(probs, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_process_logits_keeps_leading_dims_and_sums_to_one():
+    logits = torch.randn(3, 5, 11, generator=make_generator(0), dtype=torch.bfloat16)
+    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=6, min_p=0.02)
+    probs = process_logits(logits, params)
+    assert probs.dtype == torch.float32
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3, 5))
+    torch.testing.assert_close(probs.reshape(15, 11), process_logits(logits.reshape(15, 11), params))
+
+
+def test_greedy_is_one_hot_argmax():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [5.0, 5.0, 1.0]])
+    probs = process_logits(logits, SamplingParams(temperature=0.0))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
+def test_sample_follows_probs():
+    # Chi-square at significance 1e-6 (5 df: threshold 39.7); seeded, so deterministic.
+    probs = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.25, 0.05])
+    draws = sample(probs.expand(50_000, -1), make_generator(3))
+    assert draws.dtype == torch.int64 and draws.shape == (50_000,)
+    counts = torch.bincount(draws, minlength=6).double()
+    assert counts[1] == 0
+    expected = probs.double() * draws.numel()
+    keep = expected > 0
+    assert float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()) < 39.7
+
+
+def test_sample_is_reproducible_per_seed():
+    probs = torch.softmax(torch.randn(64, 30, generator=make_generator(1)), -1)
+    first = sample(probs, make_generator(5))
+    assert torch.equal(first, sample(probs, make_generator(5)))
+    assert not torch.equal(first, sample(probs, make_generator(6)))
+    assert sample(probs, make_generator(None)).shape == (64,)
+
+
+def test_process_and_sample_need_no_host_sync():
+    # Meta tensors have no data: any .item(), .tolist() or data-dependent shape would raise.
+    logits = torch.zeros(4, 9, device="meta")
+    params = SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.05)
+    assert sample(process_logits(logits, params), None).shape == (4,)
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1.0), dict(top_p=0.0), dict(top_k=-1), dict(min_p=1.0)])
+def test_sampling_params_validation(bad):
+    with pytest.raises(ConfigError):
+        SamplingParams(**bad)

@@ -1,0 +1,265 @@
+"""TokenTree invariants, growth, subtree selection, draft masks and re-rooting on random trees."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from swiftspec.sampling import make_generator
+from swiftspec.tree import (
+    TokenTree,
+    ancestor_mask,
+    depths,
+    draft_mask,
+    grow,
+    mask_from_parents,
+    new_tree,
+    path_to,
+    positions,
+    reroot,
+    sample_children,
+    select_leaves,
+    select_subtree,
+    sibling_links,
+    topk_children,
+)
+
+FAST = settings(max_examples=50, deadline=None)
+VOCAB = 16
+LOGPROB = st.sampled_from([0.0, -0.5, -1.0, -2.0]) | st.floats(-6.0, 0.0, width=32)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors: intra-op threads only add contention on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@st.composite
+def trees(draw, max_nodes: int = 10, monotone: bool = True) -> TokenTree:
+    """Random trees; sibling tokens distinct; weights are float32 sums of log-probs <= 0
+    (monotone) or arbitrary floats (to check robustness)."""
+    n = draw(st.integers(1, max_nodes))
+    parents = [-1] + [draw(st.integers(0, i - 1)) for i in range(1, n)]
+    tokens, taken = [draw(st.integers(0, VOCAB - 1))], {}
+    for i in range(1, n):
+        token, used = draw(st.integers(0, VOCAB - 1)), taken.setdefault(parents[i], set())
+        while token in used:
+            token = (token + 1) % VOCAB
+        used.add(token)
+        tokens.append(token)
+    logprobs = torch.tensor([0.0] + [draw(LOGPROB if monotone else st.floats(-3, 3, width=32)) for _ in range(1, n)])
+    weights = torch.zeros(n)
+    for i in range(1, n):
+        weights[i] = weights[parents[i]] + logprobs[i]
+    return TokenTree(tokens=torch.tensor(tokens), parents=torch.tensor(parents), logprobs=logprobs,
+                     weights=weights, expanded=torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n))))
+
+
+def _ancestors(parents: list[int], i: int) -> set[int]:
+    """i and its ancestors, walking parents one by one."""
+    found = {i}
+    while parents[i] >= 0:
+        i = parents[i]
+        found.add(i)
+    return found
+
+
+def _assert_well_formed(tree: TokenTree) -> None:
+    parents, tokens = tree.parents.tolist(), tree.tokens.tolist()
+    assert parents[0] == -1 and all(0 <= p < i for i, p in enumerate(parents) if i)
+    pairs = list(zip(parents, tokens))
+    assert len(set(pairs)) == len(pairs), "children of one parent must have distinct tokens"
+
+
+@FAST
+@given(tree=trees(), prefix_len=st.integers(0, 50))
+def test_derived_structure_matches_naive(tree, prefix_len):
+    _assert_well_formed(tree)
+    parents, n = tree.parents.tolist(), len(tree)
+    naive = torch.tensor([[j in _ancestors(parents, i) for j in range(n)] for i in range(n)])
+    assert torch.equal(ancestor_mask(tree), naive)
+    naive_depths = torch.tensor([len(_ancestors(parents, i)) - 1 for i in range(n)])
+    assert torch.equal(depths(tree), naive_depths)
+    assert torch.equal(positions(tree, prefix_len), naive_depths + prefix_len)
+    for i in range(n):
+        assert path_to(tree, i).tolist() == sorted(_ancestors(parents, i))
+    first, following = sibling_links(tree.parents)
+    for i in range(n):
+        kids = [j for j in range(n) if parents[j] == i]
+        later = [j for j in range(i + 1, n) if parents[j] == parents[i] and i > 0]
+        assert first[i] == (kids[0] if kids else -1) and following[i] == (later[0] if later else -1)
+
+
+@FAST
+@given(data=st.data(), n=st.integers(1, 9))
+def test_batched_mask_equals_per_tree(data, n):
+    batch = [[-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)] for _ in range(3)]
+    masks = mask_from_parents(torch.tensor(batch))
+    for b, parents in enumerate(batch):
+        assert torch.equal(masks[b], mask_from_parents(torch.tensor(parents)))
+
+
+def test_new_tree_and_validation():
+    tree = new_tree(7)
+    assert tree.tokens.tolist() == [7] and tree.parents.tolist() == [-1] and len(tree) == 1
+    assert tree.weights.tolist() == [0.0] and tree.expanded.tolist() == [False]
+    assert select_leaves(tree, 4).tolist() == [0]
+    with pytest.raises(ValueError):
+        TokenTree(tokens=tree.tokens, parents=tree.parents.int(), logprobs=tree.logprobs,
+                  weights=tree.weights, expanded=tree.expanded)
+    with pytest.raises(ValueError):
+        TokenTree(tokens=tree.tokens.repeat(2), parents=tree.parents, logprobs=tree.logprobs,
+                  weights=tree.weights, expanded=tree.expanded)
+
+
+@FAST
+@given(tree=trees(), width=st.integers(1, 5))
+def test_select_leaves_takes_best_unexpanded(tree, width):
+    weights, expanded = tree.weights.tolist(), tree.expanded.tolist()
+    naive = sorted((i for i in range(len(tree)) if not expanded[i]), key=lambda i: (-weights[i], i))
+    assert select_leaves(tree, width).tolist() == naive[:width]
+
+
+def _check_growth_step(old: TokenTree, new: TokenTree, leaves: list[int], tokens, logprobs, budget: int):
+    """One grow() step against its contract."""
+    n, proposed = len(old), {(leaf, int(t)): float(lp) for leaf, row_t, row_lp in zip(leaves, tokens, logprobs)
+                             for t, lp in zip(row_t, row_lp)}
+    assert len(new) == min(budget, n + len(proposed))
+    for field in ("tokens", "parents", "logprobs", "weights"):
+        assert torch.equal(getattr(new, field)[:n], getattr(old, field))
+    assert new.expanded[:n].tolist() == [e or i in leaves for i, e in enumerate(old.expanded.tolist())]
+    assert not new.expanded[n:].any()
+    kept = set()
+    for i in range(n, len(new)):
+        parent, token = int(new.parents[i]), int(new.tokens[i])
+        assert new.logprobs[i] == proposed[(parent, token)]
+        assert new.weights[i] == new.weights[parent] + new.logprobs[i]
+        kept.add((parent, token))
+    dropped = [old.weights[p] + lp for (p, t), lp in proposed.items() if (p, t) not in kept]
+    if dropped and len(new) > n:
+        assert float(new.weights[n:].min()) >= max(float(w) for w in dropped)
+
+
+@FAST
+@given(seed=st.integers(0, 2**16), width=st.integers(1, 4), k=st.integers(1, 4),
+       budget=st.integers(1, 30), steps=st.integers(1, 5))
+def test_growth_is_budget_bounded_and_consistent(seed, width, k, budget, steps):
+    generator, tree = make_generator(seed), new_tree(3)
+    for _ in range(steps):
+        leaves = select_leaves(tree, width)
+        if leaves.numel() == 0:
+            break
+        # Log-probs on a coarse grid, so weights tie often.
+        raw = (torch.randn(leaves.numel(), 8, generator=generator) * 2).round() / 2
+        tokens, logprobs = topk_children(raw.log_softmax(-1).mul(2).round().div(2).clamp_max(0.0), k)
+        new = grow(tree, leaves, tokens, logprobs, budget)
+        _check_growth_step(tree, new, leaves.tolist(), tokens.tolist(), logprobs.tolist(), budget)
+        _assert_well_formed(new)
+        tree = new
+    assert len(tree) <= budget
+
+
+def test_topk_and_sampled_children_are_distinct():
+    probs = torch.softmax(torch.randn(6, 10, generator=make_generator(0)), -1)
+    tokens, logprobs = topk_children(probs.log(), 4)
+    assert torch.equal(logprobs, probs.log().sort(-1, descending=True).values[:, :4])
+    probs[:, :3] = 0.0  # 7 tokens keep mass
+    drawn, drawn_logprobs = sample_children(probs / probs.sum(-1, keepdim=True), 7, make_generator(1))
+    assert all(len(set(row)) == 7 and min(row) >= 3 for row in drawn.tolist())
+    torch.testing.assert_close(drawn_logprobs, (probs / probs.sum(-1, keepdim=True)).gather(1, drawn).log())
+    assert torch.equal(drawn, sample_children(probs, 7, make_generator(1))[0])
+
+
+def _ancestor_closed(parents: list[int], nodes: set[int]) -> bool:
+    return all(parents[i] in nodes for i in nodes if i)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=trees(max_nodes=9), size=st.integers(1, 10))
+def test_subtree_is_best_ancestor_closed_set(tree, size):
+    parents, weights, n = tree.parents.tolist(), tree.weights.tolist(), len(tree)
+    sub = select_subtree(tree, size)
+    nodes = sub.nodes.tolist()
+    assert nodes == sorted(nodes) and nodes[0] == 0 and len(nodes) == min(size, n)
+    assert _ancestor_closed(parents, set(nodes))
+    best = max(sum(weights[i] for i in (0,) + rest)
+               for rest in itertools.combinations(range(1, n), len(nodes) - 1)
+               if _ancestor_closed(parents, {0, *rest}))
+    assert sum(weights[i] for i in nodes) >= best - 1e-4
+    assert sub.tokens.tolist() == [tree.tokens[i] for i in nodes]
+    assert sub.parents.tolist() == [-1] + [nodes.index(parents[i]) for i in nodes[1:]]
+    assert torch.equal(sub.depths, depths(tree)[sub.nodes])
+    assert torch.equal(sub.mask, ancestor_mask(tree)[sub.nodes][:, sub.nodes])
+
+
+@FAST
+@given(tree=trees(monotone=False), size=st.integers(1, 10))
+def test_subtree_stays_ancestor_closed_for_any_weights(tree, size):
+    nodes = select_subtree(tree, size).nodes.tolist()
+    assert nodes[0] == 0 and _ancestor_closed(tree.parents.tolist(), set(nodes))
+
+
+@FAST
+@given(tree=trees(), data=st.data(), prefix_len=st.integers(0, 6), extra=st.integers(0, 5))
+def test_draft_mask_matches_naive(tree, data, prefix_len, extra):
+    n, parents = len(tree), tree.parents.tolist()
+    leaves = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+    order = data.draw(st.permutations(range(n)))
+    slots = [prefix_len + order[i] if i in leaves or data.draw(st.booleans()) else -1 for i in range(n)]
+    width = prefix_len + n + extra
+    mask = draft_mask(tree, torch.tensor(leaves), torch.tensor(slots), prefix_len, width)
+    for row, leaf in enumerate(leaves):
+        seen = {slots[j] for j in _ancestors(parents, leaf) if slots[j] >= 0}
+        assert mask[row].tolist() == [c < prefix_len or c in seen for c in range(width)]
+
+
+@FAST
+@given(tree=trees(), data=st.data())
+def test_reroot_keeps_exactly_the_new_roots_subtree(tree, data):
+    n, parents, tokens = len(tree), tree.parents.tolist(), tree.tokens.tolist()
+    assume(n >= 2)
+    root = data.draw(st.integers(1, n - 1))
+    walk = sorted(_ancestors(parents, root))
+    result = reroot(tree, torch.tensor([tokens[i] for i in walk[1:]]))
+    assert result.path.tolist() == walk[:-1]
+    kept = [i for i in range(n) if root in _ancestors(parents, i)]
+    assert result.index_map.tolist() == [kept.index(i) if i in kept else -1 for i in range(n)]
+    new = result.tree
+    _assert_well_formed(new)
+    assert new.tokens.tolist() == [tokens[i] for i in kept]
+    assert new.parents.tolist() == [-1] + [kept.index(parents[i]) for i in kept[1:]]
+    assert torch.equal(new.weights, tree.weights[kept] - tree.weights[root])
+    assert torch.equal(new.expanded, tree.expanded[kept])
+    assert new.logprobs[0] == 0 and torch.equal(new.logprobs[1:], tree.logprobs[kept[1:]])
+
+
+@FAST
+@given(tree=trees(), data=st.data())
+def test_reroot_outside_the_tree_asks_for_a_rebuild(tree, data):
+    parents, tokens = tree.parents.tolist(), tree.tokens.tolist()
+    end = data.draw(st.integers(0, len(tree) - 1))
+    walk = sorted(_ancestors(parents, end))
+    result = reroot(tree, [tokens[i] for i in walk[1:]] + [VOCAB])  # VOCAB is no node's token
+    assert result.tree is None and result.path.tolist() == walk
+    assert result.index_map.tolist() == [-1] * len(tree)
+
+
+def test_tree_functions_need_no_host_sync():
+    # Meta tensors carry no data, so any host sync would raise.
+    meta = {"device": "meta"}
+    ids = torch.zeros(6, dtype=torch.int64, **meta)
+    tree = TokenTree(tokens=ids, parents=ids, logprobs=torch.zeros(6, **meta),
+                     weights=torch.zeros(6, **meta), expanded=torch.zeros(6, dtype=torch.bool, **meta))
+    assert positions(tree, 4).shape == (6,) and ancestor_mask(tree).shape == (6, 6)
+    assert select_subtree(tree, 4).mask.shape == (4, 4)
+    assert draft_mask(tree, ids[:2], ids, 3, 16).shape == (2, 16)
+    children = topk_children(torch.zeros(2, 9, **meta), 3)
+    assert len(grow(tree, ids[:2], *children, budget=9)) == 9
