@@ -96,8 +96,25 @@ class AsyncEngine:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
         on_cpu = self.verifier.runner.device.type == "cpu"
-        with pinned(self.cores) if on_cpu else contextlib.nullcontext():
-            yield from self._generate(req, prompt, params, depth or self.depth)
+        try:
+            with pinned(self.cores) if on_cpu else contextlib.nullcontext():
+                yield from self._generate(req, prompt, params, depth or self.depth)
+        except RuntimeError as exc:  # gloo/NCCL: a peer closed its connection or timed out
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: Exception) -> WorkerFailure:
+        """Stop every worker and name the one that died (or the communication error)."""
+        self._closing = True
+        time.sleep(0.5)  # let a dying worker's exit code settle
+        procs = self.workers.processes if hasattr(self, "workers") else []
+        dead = [(i + 1, p.exitcode) for i, p in enumerate(procs) if not p.is_alive()]
+        for proc in procs:
+            proc.kill()
+        if dead:
+            rank, code = dead[0]
+            return WorkerFailure(f"async worker rank {rank} ({self.layout.role(rank)} group) died "
+                                 f"(exit code {code}); generation stopped")
+        return WorkerFailure(f"lost contact with the async workers: {str(exc).splitlines()[0]}")
 
     def _generate(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
         """Algorithm 1, target side: prefill, start the draft, then verify round after round."""
@@ -191,6 +208,8 @@ class AsyncEngine:
 
     def close(self) -> None:
         if self._closing:
+            if dist.is_initialized():
+                dist.destroy_process_group()
             return
         self._closing = True
         self.link.send(Shutdown())
