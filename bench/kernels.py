@@ -90,10 +90,12 @@ def time_shape(n: int, k: int, ms: list[int], rounds: int, group: int) -> dict[t
     impls = make_impls(n, k, group)
     xs = {m: torch.randn(m, k).to(torch.bfloat16) for m in ms}
     best: dict[tuple[str, int], float] = {}
+    calls = 0
     for rnd in range(rounds + 1):  # round 0 warms up
         for m in ms:
+            calls += 1  # each call takes the next copy: none is still cached from its last use
             for name, impl in impls.items():
-                c = impl.copies[rnd % len(impl.copies)]
+                c = impl.copies[calls % len(impl.copies)]
                 t0 = time.perf_counter()
                 impl.fn(xs[m], c)
                 dt = time.perf_counter() - t0

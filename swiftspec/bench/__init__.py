@@ -19,7 +19,7 @@ from swiftspec.bench.harness import ModeSpec, RunResult, parse_modes, run_interl
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
 from swiftspec.bench.roofline import measure_bandwidth
-from swiftspec.bench.runners import Lineup, build_lineup, mode_config
+from swiftspec.bench.runners import Lineup, build_lineup, load_tokenizer, mode_config, resolve_sources
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
 from swiftspec.errors import UserError
@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Bench flags (the model, dtype and tree flags come from add_engine_arguments)."""
     parser.add_argument("--modes", default=ALL_MODES,
                         help="comma list of ar, chain, tree, async (optionally @bf16/@int8/@int4), hf-ar, "
-                             f"hf-assisted, llamacpp-ar, llamacpp-spec (default: {ALL_MODES})")
+                             "hf-assisted, llamacpp-ar, llamacpp-spec; `;` separates groups loaded one after "
+                             f"another when all modes do not fit in memory at once (default: {ALL_MODES})")
     parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
     parser.add_argument("--dataset", default=None, help='JSONL of {"prompt": ...} (default: HumanEval)')
     parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per prompt (default 128)")
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load every mode once, run them interleaved per prompt, and write the report."""
+    """Load the modes (group by group), run them interleaved per prompt, and write the report."""
     specs = parse_modes(args.modes)
     _check_args(args)
     out = Path(args.out)
@@ -54,14 +55,19 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     base = engine_config_from_args(args, mode="ar")
-    prompts = load_prompts(args.prompts, args.dataset)
-    lineup = build_lineup(specs, base, args, out)
-    try:
-        ids = [_encode(lineup, p.text, base, args.max_tokens) for p in prompts]
-        bandwidth = measure_bandwidth(args.threads)
-        results = run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup)
-    finally:
-        lineup.close()  # frees memory before the tie probe loads the target
+    sources = resolve_sources(base, specs)
+    lineup = Lineup(tokenizer=load_tokenizer(sources.target, args.dtype))
+    ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens) for p in load_prompts(args.prompts, args.dataset)]
+    bandwidth = measure_bandwidth(args.threads)  # before any model takes memory
+    results: dict[str, list[RunResult]] = {}
+    groups = sorted({s.group for s in specs})
+    for g in groups:
+        build_lineup(lineup, [s for s in specs if s.group == g], base, args, sources)
+        try:
+            label = "bench" if len(groups) == 1 else f"bench group {g + 1}/{len(groups)}"
+            results.update(run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup, label))
+        finally:
+            lineup.close()  # frees memory for the next group and the tie probe
     report = build_report(specs, lineup, results, ids, bandwidth, base, args)
     write_json(report, out / "report.json")
     write_markdown(report, out / "report.md")
@@ -84,8 +90,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
 
 
-def _encode(lineup: Lineup, text: str, base: EngineConfig, max_tokens: int) -> list[int]:
-    ids = lineup.tokenizer.encode(text)
+def _encode(tokenizer, text: str, base: EngineConfig, max_tokens: int) -> list[int]:
+    ids = tokenizer.encode(text)
     limit = base.target_load.max_seq_len
     if len(ids) + max_tokens > limit:
         raise UserError(f"a prompt has {len(ids)} tokens; with --max-tokens {max_tokens} it exceeds "

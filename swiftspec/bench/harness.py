@@ -1,8 +1,9 @@
 """Benchmark harness: mode names, the Runner interface every engine and peer offers, and the timed loop.
 
 Runs are interleaved per prompt (every mode on prompt 1, then every mode on prompt 2, ...) so that
-noise from other work on the machine falls on all modes alike. Every mode sees the same prompt token
-ids and the same seed for a given prompt.
+noise from other work on the machine falls on all modes alike; only modes of one group (`;` in
+--modes) are interleaved, groups run one after another. Every mode sees the same prompt token ids
+and the same seed for a given prompt.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class ModeSpec:
     kind: str  # "ours" | "hf" | "llamacpp"
     variant: str  # ours: engine mode; hf: "ar" | "assisted"; llamacpp: "ar" | "spec"
     weights: str | None = None  # ours: --weights override for this mode
+    group: int = 0  # modes of one group are loaded together and interleaved; groups run one after another
 
     @property
     def speculative(self) -> bool:
@@ -37,27 +39,34 @@ class ModeSpec:
 
 
 def parse_modes(text: str) -> list[ModeSpec]:
-    """Parse the comma list of --modes; a suffix `@bf16|@int8|@int4` sets the weight format of our modes."""
+    """Parse --modes: comma lists of modes, `;` between groups that are loaded one after another.
+
+    A suffix `@bf16|@int8|@int4` sets the weight format of one of our modes (`tree@int4`).
+    """
     specs: list[ModeSpec] = []
-    for name in (part.strip() for part in text.split(",")):
-        if not name:
-            continue
-        base, _, weights = name.partition("@")
-        if base in MODES:
-            if weights and weights not in WEIGHT_FORMATS:
-                raise UserError(f"mode {name!r}: weight format must be one of {', '.join(WEIGHT_FORMATS)}")
-            spec = ModeSpec(name, "ours", base, weights or None)
-        elif base in PEER_MODES and not weights:
-            kind, _, variant = base.partition("-")
-            spec = ModeSpec(name, kind, variant)
-        else:
-            raise UserError(f"unknown bench mode {name!r} (choose from {', '.join(MODES + PEER_MODES)})")
-        if any(s.name == name for s in specs):
-            raise UserError(f"mode {name!r} is listed twice")
-        specs.append(spec)
+    groups = [g for g in text.split(";") if g.strip()]
+    for group, part in enumerate(groups):
+        for name in (n.strip() for n in part.split(",")):
+            if not name:
+                continue
+            if any(s.name == name for s in specs):
+                raise UserError(f"mode {name!r} is listed twice")
+            specs.append(_parse_one(name, group))
     if not specs:
         raise UserError("--modes is empty")
     return specs
+
+
+def _parse_one(name: str, group: int) -> ModeSpec:
+    base, _, weights = name.partition("@")
+    if base in MODES:
+        if weights and weights not in WEIGHT_FORMATS:
+            raise UserError(f"mode {name!r}: weight format must be one of {', '.join(WEIGHT_FORMATS)}")
+        return ModeSpec(name, "ours", base, weights or None, group)
+    if base in PEER_MODES and not weights:
+        kind, _, variant = base.partition("-")
+        return ModeSpec(name, kind, variant, None, group)
+    raise UserError(f"unknown bench mode {name!r} (choose from {', '.join(MODES + PEER_MODES)})")
 
 
 @dataclass(slots=True)
@@ -141,13 +150,14 @@ def run_interleaved(
     max_new_tokens: int,
     seed: int,
     warmup: int,
+    label: str = "bench",
 ) -> dict[str, list[RunResult]]:
     """Warm every runner up, then time prompt by prompt, every mode in turn; results per mode name.
 
     Warm-up runs cycle over the prompts with at most 32 new tokens and are not recorded.
     """
     results: dict[str, list[RunResult]] = {name: [] for name in runners}
-    with tqdm(total=(warmup + len(prompts)) * len(runners), desc="bench", unit="run", file=sys.stderr) as bar:
+    with tqdm(total=(warmup + len(prompts)) * len(runners), desc=label, unit="run", file=sys.stderr) as bar:
         for w in range(warmup):
             i = w % len(prompts)
             for name, runner in runners.items():

@@ -28,7 +28,7 @@ class Lineup:
     backends: dict[str, str] = field(default_factory=dict)  # what runs each mode, in words
     draft_forwards: dict[str, float] = field(default_factory=dict)  # per round, for modes that cannot count
     skipped: dict[str, str] = field(default_factory=dict)  # mode -> why it did not run
-    tokenizer: object = None  # swiftspec.tokenizer.Tokenizer of the target
+    tokenizer: object = None  # swiftspec.tokenizer.Tokenizer of the target: encodes prompts, gives EOS
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -56,13 +56,25 @@ class Sources:
     draft: Path | None
 
 
-def build_lineup(specs: list[ModeSpec], base: EngineConfig, args: argparse.Namespace, out: Path) -> Lineup:
-    """Load every mode once (each keeps its models for the whole run)."""
+def resolve_sources(base: EngineConfig, specs: list[ModeSpec]) -> Sources:
+    """Local paths of the pair (pulling bundled models if needed); the draft only when a mode drafts."""
     from swiftspec.weights import resolve_source
 
-    lineup = Lineup()
     needs_draft = any(s.speculative for s in specs)
-    sources = Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
+    return Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
+
+
+def load_tokenizer(path: Path, dtype: str):
+    """Our Tokenizer (swiftspec.tokenizer) of a GGUF (through the weights conversion cache) or HF dir."""
+    from swiftspec.tokenizer import Tokenizer
+    from swiftspec.weights import DTYPES, open_checkpoint
+
+    return Tokenizer.from_dir(open_checkpoint(path, DTYPES[dtype]).path)
+
+
+def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args: argparse.Namespace,
+                 sources: Sources) -> None:
+    """Load every mode of `specs` once into `lineup` (each keeps its models until lineup.close())."""
     hf_models: dict[str, torch.nn.Module] = {}
     try:
         for spec in specs:
@@ -72,12 +84,10 @@ def build_lineup(specs: list[ModeSpec], base: EngineConfig, args: argparse.Names
             elif spec.kind == "hf":
                 _add_hf(lineup, spec, args, hf_models, sources)
             else:
-                _add_llamacpp(lineup, spec, args, out, sources)
-        _tokenizer(lineup, sources, args)
+                _add_llamacpp(lineup, spec, args, sources)
     except BaseException:
         lineup.close()  # stop worker processes and servers already started
         raise
-    return lineup
 
 
 def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources, temperature: float) -> None:
@@ -85,7 +95,6 @@ def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sou
 
     engine = build_engine(config)
     lineup.runners[spec.name] = EngineRunner(engine, temperature)
-    lineup.tokenizer = lineup.tokenizer or engine.tokenizer
     load, dload = config.target_load, config.draft_load
     target_bytes = our_weight_bytes(model_args(sources.target), load.dtype, load.weights)
     draft_bytes = our_weight_bytes(model_args(sources.draft), dload.dtype, dload.weights) if spec.speculative else 0
@@ -120,14 +129,14 @@ def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,
 
     target = model("target", sources.target)
     assistant = model("draft", sources.draft) if spec.variant == "assisted" else None
-    eos = _tokenizer(lineup, sources, args).eos_token_ids
+    eos = lineup.tokenizer.eos_token_ids
     lineup.runners[spec.name] = HFRunner(target, eos, args.temperature, assistant)
     lineup.weight_bytes[spec.name] = WeightBytes(weight_bytes(target), weight_bytes(assistant) if assistant else 0)
     helper = ", draft as assistant_model" if assistant is not None else ""
     lineup.backends[spec.name] = f"transformers {hf_version} generate ({args.dtype}{helper})"
 
 
-def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, out: Path, sources: Sources) -> None:
+def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources) -> None:
     """llama.cpp peers: llama-server for spec when given (native speculation), else llama-cpp-python."""
     from swiftspec.bench import peers_llamacpp as lc
 
@@ -140,9 +149,9 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, out:
     if not use_server and not lc.llama_cpp_available():
         lineup.skipped[spec.name] = "neither llama-cpp-python (pip install llama-cpp-python) nor --llama-server"
         return
-    eos = _tokenizer(lineup, sources, args).eos_token_ids
+    eos = lineup.tokenizer.eos_token_ids
     if use_server:
-        log = out / f"llama-server-{spec.name}.log"
+        log = Path(args.out) / f"llama-server-{spec.name}.log"
         runner = lc.LlamaServerRunner(args.llama_server, sources.target, args.threads, args.max_seq_len, eos,
                                       args.temperature, log, draft)
         lineup.backends[spec.name] = f"llama-server {args.llama_server}"
@@ -154,14 +163,3 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, out:
     lineup.runners[spec.name] = runner
     draft_bytes = gguf_weight_bytes(draft) if draft else 0
     lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)
-
-
-def _tokenizer(lineup: Lineup, sources: Sources, args: argparse.Namespace):
-    """The target's tokenizer: from an engine already built, else loaded once here (a GGUF's through
-    the weights conversion cache). Returns a swiftspec.tokenizer.Tokenizer."""
-    if lineup.tokenizer is None:
-        from swiftspec.tokenizer import Tokenizer
-        from swiftspec.weights import DTYPES, open_checkpoint
-
-        lineup.tokenizer = Tokenizer.from_dir(open_checkpoint(sources.target, DTYPES[args.dtype]).path)
-    return lineup.tokenizer

@@ -37,15 +37,18 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # [L, max_len, Hkv, D]
         self.num_layers = num_layers
         self.max_len = max_len
+        # per-layer views made once: indexing a layer costs a Python-level op per call otherwise
+        self._k_layers = self.k.unbind(0)  # num_layers x [max_len, Hkv, D]
+        self._v_layers = self.v.unbind(0)  # num_layers x [max_len, Hkv, D]
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k, v [T, Hkv, D] of layer `layer` at `slots` [T] int64 (distinct slots)."""
-        self.k[layer].index_copy_(0, slots, k)
-        self.v[layer].index_copy_(0, slots, v)
+        self._k_layers[layer].index_copy_(0, slots, k)
+        self._v_layers[layer].index_copy_(0, slots, v)
 
     def view(self, layer: int, length: int) -> LayerKV:
         """Keys and values of layer `layer` over slots [0, length), as views."""
-        return LayerKV(k=self.k[layer, :length], v=self.v[layer, :length])
+        return LayerKV(k=self._k_layers[layer][:length], v=self._v_layers[layer][:length])
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy slots src [n] int64 to slots dst [n] int64 in every layer at once.

@@ -13,7 +13,9 @@ from typing import Callable
 
 import torch
 
+from swiftspec import kernels
 from swiftspec.config import TreeConfig
+from swiftspec.draft.vocab import pruned_vocab
 from swiftspec.runtime.runner import ModelRunner, causal_mask
 from swiftspec.sampling import SamplingParams, draft_logprobs
 from swiftspec.tree import (
@@ -33,13 +35,15 @@ from swiftspec.tree import (
 class TreeDrafter:
     """Owns the draft model's cache and the live token tree."""
 
-    def __init__(self, model: torch.nn.Module, cfg: TreeConfig, max_seq_len: int) -> None:
+    def __init__(self, model: torch.nn.Module, cfg: TreeConfig, max_seq_len: int,
+                 vocab: torch.Tensor | None = None, head: torch.Tensor | None = None) -> None:
+        """vocab [V'] sorted token ids and head [V', H] their LM-head rows: a pruned head."""
         self.cfg = cfg
-        self.runner = ModelRunner(model, max_seq_len + cfg.budget + 8, max_nodes=cfg.budget)
+        self.runner = ModelRunner(model, max_seq_len + cfg.budget + 8, max_nodes=cfg.budget, head=head)
+        self.vocab_map = None if vocab is None else vocab.to(self.runner.device)  # draft row -> token id
         self.tree: TokenTree = new_tree(0)
         self.pending: list[int] = []  # verified tokens whose draft KV is missing
         self.params = SamplingParams()
-        self.vocab_map: torch.Tensor | None = None  # pruned head: draft row -> token id
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
         """Begin a request: prefill the prompt and plant a tree at the first generated token."""
@@ -119,3 +123,18 @@ class _Pending:
         self.tokens = tokens  # [p]
         self.slots = slots  # [p]; also their positions (prefix slot == position)
         self.mask = mask  # [p, prefix_len]
+
+
+def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, weights: str) -> TreeDrafter:
+    """A drafter over a loaded draft model (swiftspec.weights.LoadedModel): prune its LM head to
+    the draft_vocab most frequent code tokens when a table matches its tokenizer, then pack its
+    weights ("bf16" keeps them as loaded)."""
+    model = draft.model
+    vocab = pruned_vocab(draft.tokenizer, draft_vocab, draft.args.vocab_size) if model.parallel.tp_size == 1 else None
+    head = None
+    if vocab is not None:
+        head = model.lm_head.weight.data[vocab.to(model.lm_head.weight.device)].contiguous()  # [V', H]
+    if weights != "bf16":
+        kernels.quantize_model_(model, weights, lm_head=vocab is None)
+        head = None if head is None else kernels.quantize_weight(head, weights)
+    return TreeDrafter(model, cfg, max_seq_len, vocab, head)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.convert import quantize_linear_, quantize_model_
+from swiftspec.kernels.convert import quantize_linear_, quantize_model_, quantize_weight
 from swiftspec.kernels.quant import (
     QuantWeight,
     dequantize,
@@ -19,7 +19,7 @@ from swiftspec.kernels.quant import (
 
 __all__ = [
     "QuantWeight", "dequantize", "linear", "quant_linear_a8_ref", "quant_linear_ref",
-    "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_",
+    "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
 ]
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float32)

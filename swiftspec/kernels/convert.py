@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8
@@ -21,6 +22,15 @@ def is_linear(module: nn.Module) -> bool:
     return any(c.__name__ in LINEAR_CLASSES for c in type(module).__mro__)
 
 
+def quantize_weight(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QuantWeight:
+    """Pack a dense [N, K] weight: "int8" per channel, "int4" group-wise (default group 128)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown weight format {fmt!r}; expected one of {FORMATS}")
+    if fmt == "int8":
+        return quantize_int8(w, group_size)
+    return quantize_int4(w, group_size or 128)
+
+
 def quantize_linear_(module: nn.Module, fmt: str, group_size: int | None = None) -> nn.Module:
     """Replace module.weight ([N, K] Parameter) by its packed QuantWeight, in place.
 
@@ -30,13 +40,7 @@ def quantize_linear_(module: nn.Module, fmt: str, group_size: int | None = None)
     call to swiftspec.kernels.linear.  A weight tied to another module (the embedding) stays
     there; only this module's reference is replaced.  The packed weight is not a Parameter, so it
     is not in state_dict() and not moved by .to(); convert after loading, on the target device."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown weight format {fmt!r}; expected one of {FORMATS}")
-    w = module.weight
-    if fmt == "int8":
-        qw = quantize_int8(w.data, group_size)
-    else:
-        qw = quantize_int4(w.data, group_size or 128)
+    qw = quantize_weight(module.weight.data, fmt, group_size)
     del module.weight  # drop the Parameter (the attribute, not a tied owner's)
     module.weight = qw
     return module

@@ -20,13 +20,12 @@ class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float, dtype: torch.dtype, device: torch.device | str) -> None:
         super().__init__()
         self.eps = eps
+        self.shape = (dim,)
         self.weight = nn.Parameter(torch.ones(dim, dtype=dtype, device=device), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, dim] -> [T, dim]."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        return F.rms_norm(x.float(), self.shape, eps=self.eps).to(x.dtype) * self.weight
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
@@ -51,16 +50,16 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
 
 @dataclass(frozen=True, slots=True)
 class RopeAngles:
-    """cos/sin of the rotation angles of T tokens, shared by every layer of one forward."""
+    """Rotation of T tokens in the half-split layout, shared by every layer of one forward."""
 
-    cos: torch.Tensor  # [T, 1, head_dim / 2]
-    sin: torch.Tensor  # [T, 1, head_dim / 2]
+    cos: torch.Tensor  # [T, 1, head_dim]: cos of each frequency, repeated for both halves
+    sin: torch.Tensor  # [T, 1, head_dim]: -sin for the first half, +sin for the second
 
 
 class RotaryEmbedding:
-    """Precomputed cos/sin tables [length, head_dim / 2] in the model dtype; grown on demand.
+    """Precomputed cos/sin tables [length, head_dim] in the model dtype; grown on demand.
 
-    Tables are computed in float32 and rounded to the model dtype, as HF does before applying them.
+    Angles are computed in float32 and rounded to the model dtype, as HF does before applying them.
     """
 
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling, length: int,
@@ -78,8 +77,9 @@ class RotaryEmbedding:
         length = max(length, 2 * self.length)
         positions = torch.arange(length, dtype=torch.float32, device=self.inv_freq.device)  # [length]
         angles = torch.outer(positions, self.inv_freq)  # [length, head_dim / 2]
-        self.cos = angles.cos().to(self.dtype)
-        self.sin = angles.sin().to(self.dtype)
+        cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        self.cos = torch.cat((cos, cos), dim=-1)  # [length, head_dim]
+        self.sin = torch.cat((-sin, sin), dim=-1)  # [length, head_dim]
         self.length = length
 
     def angles(self, positions: torch.Tensor) -> RopeAngles:
@@ -88,9 +88,9 @@ class RotaryEmbedding:
 
 
 def apply_rope(x: torch.Tensor, rope: RopeAngles) -> torch.Tensor:
-    """Rotate x [T, heads, head_dim] in the half-split (GPT-NeoX / HF "rotate_half") layout."""
-    x1, x2 = x.chunk(2, dim=-1)  # [T, heads, head_dim / 2] each
-    return torch.cat((x1 * rope.cos - x2 * rope.sin, x2 * rope.cos + x1 * rope.sin), dim=-1)
+    """Rotate x [T, heads, head_dim] in the half-split (HF "rotate_half") layout:
+    [x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin], with HF's rounding in low precision."""
+    return x * rope.cos + x.roll(x.shape[-1] // 2, dims=-1) * rope.sin
 
 
 class SwiGLU(nn.Module):

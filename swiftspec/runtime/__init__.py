@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from swiftspec.config import EngineConfig, TreeConfig
+from swiftspec.config import ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime.base import Engine, GenerationStats
 
 
@@ -18,21 +18,55 @@ def build_engine(config: EngineConfig) -> Engine:
     """Load the models and build the engine that `config.mode` names."""
     from swiftspec.weights import load_model
 
+    _check_placement(config)
     if config.mode == "async":
         from swiftspec.runtime.async_engine import AsyncEngine
 
         return AsyncEngine(config)
-    target = load_model(config.target, config.target_load)
+    target = load_target(config.target, config.target_load)
     max_seq_len = config.target_load.max_seq_len
     if config.mode == "ar":
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         return AutoregressiveEngine(target, max_seq_len)
+    from swiftspec.draft import build_drafter
     from swiftspec.runtime.serial import SerialEngine
 
     draft = load_model(config.draft, config.draft_load)
+    check_pair(target, draft)
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
-    return SerialEngine(target, draft, tree, max_seq_len)
+    drafter = build_drafter(draft, tree, max_seq_len, config.draft_vocab, config.draft_load.weights)
+    return SerialEngine(target, drafter, tree, max_seq_len)
+
+
+def load_target(source: str, load: LoadConfig, parallel=None):
+    """Load a target model (or this rank's shard) and pack its weights as `load.weights` asks."""
+    from swiftspec import kernels
+    from swiftspec.parallel.state import ParallelState
+    from swiftspec.weights import load_model
+
+    loaded = load_model(source, load, parallel or ParallelState())
+    if load.weights != "bf16":
+        kernels.quantize_model_(loaded.model, load.weights)
+    return loaded
+
+
+def check_pair(target, draft) -> None:
+    """Draft and target must share a tokenizer: the tree carries token ids between them."""
+    probe = "def check(pair):\n    return 'ok'  # ünï\n"
+    if target.tokenizer.encode(probe) != draft.tokenizer.encode(probe):
+        raise ConfigError("the draft model's tokenizer differs from the target's; pick a draft of the same family")
+
+
+def _check_placement(config: EngineConfig) -> None:
+    for load in (config.target_load, config.draft_load):
+        if load.weights != "bf16" and not load.device.startswith("cpu"):
+            raise ConfigError("int8/int4 weights use the CPU kernels; on GPU use --weights bf16")
+        if load.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("--device cuda: no CUDA device is available")
 
 
 __all__ = ["Engine", "GenerationStats", "build_engine", "chain_config"]

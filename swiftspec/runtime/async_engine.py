@@ -250,6 +250,10 @@ def _load_for_rank(source: str, load: LoadConfig, groups: Groups):
         device = f"cuda:{groups.rank % torch.cuda.device_count()}"
         torch.cuda.set_device(device)
         load = dataclasses.replace(load, device=device)
+    if groups.role == "target":
+        from swiftspec.runtime import load_target
+
+        return load_target(source, load, groups.parallel)
     return load_model(source, load, groups.parallel)
 
 
@@ -260,7 +264,7 @@ def _worker_entry(index: int, config: EngineConfig, layout: Layout, init_method:
 
 
 def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str) -> None:
-    from swiftspec.draft import TreeDrafter
+    from swiftspec.draft import build_drafter
     from swiftspec.runtime.async_worker import GroupIO, draft_loop, target_follower_loop
 
     groups = init_groups(layout, rank, _backend(config), init_method, INIT_TIMEOUT_S)
@@ -271,7 +275,9 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str
     io = GroupIO(link, group)
     if groups.role == "draft":
         draft = _load_for_rank(config.draft, config.draft_load, groups)
-        draft_loop(TreeDrafter(draft.model, config.tree, config.target_load.max_seq_len), io, config.tree.verify_size)
+        drafter = build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
+                                config.draft_load.weights)
+        draft_loop(drafter, io, config.tree.verify_size)
     else:
         target = _load_for_rank(config.target, config.target_load, groups)
         target_follower_loop(TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size), io)

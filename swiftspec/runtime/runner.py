@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.cache.tree_kv import TreeKV
 
@@ -18,11 +19,19 @@ def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
 class ModelRunner:
     """Owns a model and its KV cache; every attention reads slots [0, mask.shape[1])."""
 
-    def __init__(self, model: torch.nn.Module, max_len: int, max_nodes: int) -> None:
+    def __init__(self, model: torch.nn.Module, max_len: int, max_nodes: int,
+                 head: torch.Tensor | None = None) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(max_len)
         self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
+        self.head = head  # [V', H] (or packed) rows of a pruned LM head; None = the model's own
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [T, H] -> float32 logits [T, V] (or [T, V'] over a pruned head's rows)."""
+        if self.head is None:
+            return self.model.logits(hidden)
+        return kernels.linear(hidden, self.head).float()
 
     @torch.inference_mode()
     def forward(
@@ -37,7 +46,7 @@ class ModelRunner:
         hidden = self.model(tokens, positions, self.cache, slots, mask)  # [T, H]
         if rows is not None:
             hidden = hidden[rows]
-        return self.model.logits(hidden)
+        return self.logits(hidden)
 
     def prefill(self, tokens: list[int]) -> torch.Tensor:
         """Append verified tokens to the prefix (tree must be empty); logits of the last one [1, V]."""

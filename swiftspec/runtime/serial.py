@@ -17,10 +17,10 @@ from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 class SerialEngine:
     """Each round: d draft expansions, one target forward over the best bs-node subtree, re-root."""
 
-    def __init__(self, target, draft, cfg: TreeConfig, max_seq_len: int) -> None:
+    def __init__(self, target, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
         self.cfg = cfg
         self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
-        self.drafter = TreeDrafter(draft.model, cfg, max_seq_len)
+        self.drafter = drafter
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.depth = cfg.depth or 4

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from swiftspec.bench.check import problems
-from swiftspec.bench.divergence import first_mismatch
+from swiftspec.bench.divergence import TieProbe, compare_to_ar, first_mismatch
 from swiftspec.bench.harness import parse_modes
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.bench.roofline import WeightBytes, bound
+from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
 from swiftspec.serve.cli import run as cli_run
 
@@ -30,7 +31,7 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     out = tmp_path / "out"
     rc = cli_run([
         "bench", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--dtype", "float32",
-        "--max-seq-len", "256", "--modes", "ar,chain,hf-ar,llamacpp-ar", "--prompts", "2", "--dataset", str(dataset),
+        "--max-seq-len", "256", "--modes", "ar,chain;hf-ar,llamacpp-ar", "--prompts", "2", "--dataset", str(dataset),
         "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
     ])
     assert rc == 0
@@ -52,14 +53,14 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / "report.md").read_text()
     assert all(f"| `{name}` |" in table for name in report["modes"])
-    # bench-check's validator: schema complete, and our chain mode is lossless against ar (up to ties).
+    # two groups (`;`): loaded one after the other; bench-check's validator: schema complete, and our chain mode is lossless against ar (up to ties).
     assert problems(out) == []
 
 
 def test_parse_modes() -> None:
-    specs = parse_modes("ar, tree@int4,hf-assisted,llamacpp-spec")
-    assert [(s.kind, s.variant, s.weights) for s in specs] == [
-        ("ours", "ar", None), ("ours", "tree", "int4"), ("hf", "assisted", None), ("llamacpp", "spec", None)]
+    specs = parse_modes("ar, tree@int4;hf-assisted,llamacpp-spec")
+    assert [(s.kind, s.variant, s.weights, s.group) for s in specs] == [
+        ("ours", "ar", None, 0), ("ours", "tree", "int4", 0), ("hf", "assisted", None, 1), ("llamacpp", "spec", None, 1)]
     for bad in ("warp", "tree@int3", "hf-ar@int4", "ar,ar", ""):
         with pytest.raises(UserError):
             parse_modes(bad)
@@ -69,6 +70,17 @@ def test_first_mismatch() -> None:
     assert first_mismatch([1, 2, 3], [1, 2, 3]) is None
     assert first_mismatch([1, 2, 3], [1, 5, 3]) == 1
     assert first_mismatch([1, 2, 3], [1, 2]) == 2  # one run stopped (EOS) where the other went on
+
+
+def test_divergence_probe(tiny_qwen_dir) -> None:
+    probe = TieProbe(str(tiny_qwen_dir), LoadConfig(dtype="float32", max_seq_len=64))
+    prompts = [[5, 6, 7], [8, 9]]
+    divs = compare_to_ar([[1, 2, 3], [4, 4]], [[1, 9, 3], [4, 4]], prompts, probe)
+    probe.close()
+    assert len(divs) == 1
+    d = divs[0]
+    assert (d.prompt, d.token_index, d.ar_token, d.mode_token) == (0, 1, 2, 9)
+    assert isinstance(d.tie, bool) and d.logit_gap >= 0 and d.tolerance > 0
 
 
 def test_roofline_bound() -> None:

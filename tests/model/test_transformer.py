@@ -83,7 +83,7 @@ def test_rope_tables_grow():
     full = RotaryEmbedding(16, 500000.0, scaling, rope.length, torch.float32, "cpu")
     torch.testing.assert_close(rope.cos, full.cos, rtol=0, atol=0)
     angles = rope.angles(torch.tensor([3, 99]))
-    assert angles.cos.shape == (2, 1, 8)
+    assert angles.cos.shape == (2, 1, 16)
     torch.testing.assert_close(angles.sin[1, 0], full.sin[99], rtol=0, atol=0)
 
 

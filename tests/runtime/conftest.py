@@ -25,3 +25,14 @@ def sharp_pair_dirs(tmp_path_factory):
     from spec_stats import sharp_pair
 
     return sharp_pair(tmp_path_factory.mktemp("sharp"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight other tests for the cores)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -19,7 +19,10 @@ constexpr int kTileN = 16;  // output channels per tile (one zmm of fp32 lanes)
 //   AVX2:    xq, x16: [M, Kp];                                 xs, xc: [M, nb]
 // xc is the per-(row, block) correction: int8 weights: -128 * sum(xq) (int32);
 // int4 weights: the bits of the float xs * sum(xq).
-constexpr int kPassRows = 16;
+#ifndef SWIFTSPEC_PASS_ROWS
+#define SWIFTSPEC_PASS_ROWS 16
+#endif
+constexpr int kPassRows = SWIFTSPEC_PASS_ROWS;
 
 struct ActQ {  // buffers owned by the caller; quantize_act_* fills them, tiles_* reads them
   int8_t* xq;

@@ -167,7 +167,7 @@ struct Table {
   static constexpr TileFn i4[] = {tile_int4<Rs>...};
 };
 using Rows = Table<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>;
-static_assert(kPassRows == 16, "one table entry per pass size");
+static_assert(kPassRows <= 16, "one table entry per pass size");
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "qgemm.h"
 
@@ -27,30 +28,34 @@ int64_t detect_isa() {
 }
 
 int64_t pick_isa(int64_t requested) {
-  const int64_t best = detect_isa();
+  static const int64_t best = detect_isa();
   TORCH_CHECK(best > 0, "quant_linear: this CPU has neither AVX-512 VNNI nor AVX2/FMA/F16C");
   TORCH_CHECK(requested <= best, "quant_linear: requested ISA ", requested, " > supported ", best);
   return requested > 0 ? requested : best;
 }
 
-// Per-call activation buffers; they own the memory the ActQ view points into.
-struct ActBuffers {
-  at::Tensor xq, x16, xs, xc;
-  ActQ view;
+// Activation buffers.  Small batches reuse a per-calling-thread set (no allocation per call);
+// large ones (prefill) get fresh buffers, so a long prompt does not pin memory afterwards.
+constexpr int64_t kCachedRows = 64;
+struct Scratch {
+  std::vector<int8_t> xq;
+  std::vector<int16_t> x16;
+  std::vector<float> xs;
+  std::vector<int32_t> xc;
 };
 
-ActBuffers quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int blk, bool int4,
-                                int64_t isa) {
+template <typename T>
+T* sized(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+ActQ quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int blk, bool int4, int64_t isa,
+                          Scratch& scratch) {
   const int64_t M = x.size(0), nb = Kp / blk;
-  ActBuffers b;
-  b.xq = at::empty({M, Kp}, x.options().dtype(at::kChar));
-  b.xs = at::empty({M, nb}, x.options().dtype(at::kFloat));
-  b.xc = at::empty({M, nb}, x.options().dtype(at::kInt));
-  if (isa == 1) b.x16 = at::empty({M, Kp}, x.options().dtype(at::kShort));
-  b.view = ActQ{b.xq.data_ptr<int8_t>(), isa == 1 ? b.x16.data_ptr<int16_t>() : nullptr,
-                b.xs.data_ptr<float>(), b.xc.data_ptr<int32_t>(), Kp, static_cast<int>(nb)};
+  const ActQ a{sized(scratch.xq, M * Kp), isa == 1 ? sized(scratch.x16, M * Kp) : nullptr,
+               sized(scratch.xs, M * nb), sized(scratch.xc, M * nb), Kp, static_cast<int>(nb)};
   const ActIn in{x.data_ptr(), x.scalar_type() == at::kBFloat16, x.stride(0), K, M, int4, blk};
-  const ActQ& a = b.view;
   auto quantize = [&](int64_t p0, int64_t p1) {  // passes [p0, p1)
     const int64_t r0 = p0 * kPassRows, r1 = std::min(M, p1 * kPassRows);
     isa == 2 ? quantize_act_avx512(in, a, r0, r1) : quantize_act_avx2(in, a, r0, r1);
@@ -61,29 +66,20 @@ ActBuffers quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int 
   } else {
     at::parallel_for(0, passes, 1, quantize);
   }
-  return b;
+  return a;
 }
 
-void check_args(const at::Tensor& x, const at::Tensor& q, int64_t N, int64_t K, int64_t blk) {
+void check_args(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& d,
+                const at::Tensor& mn, bool int4, int64_t N, int64_t K, int64_t blk) {
   TORCH_CHECK(x.device().is_cpu() && q.device().is_cpu(), "quant_linear: CPU tensors only");
   TORCH_CHECK(x.dim() == 2 && x.size(1) == K && x.stride(1) == 1, "quant_linear: x must be [M, K], row-major");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
               "quant_linear: x must be bfloat16 or float32");
   TORCH_CHECK(blk == 32 || blk == 64 || blk == 128, "quant_linear: block must be 32, 64 or 128");
-  TORCH_CHECK(q.scalar_type() == at::kByte && q.is_contiguous(), "quant_linear: packed weight must be contiguous uint8");
   TORCH_CHECK(N > 0 && K > 0, "quant_linear: empty weight");
-}
-
-}  // namespace
-
-// y[M, N] = x[M, K] @ W^T (+ bias), W given in the packed format of swiftspec/kernels/quant.py.
-at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
-                        const at::Tensor& d, const at::Tensor& mn, const c10::optional<at::Tensor>& bias,
-                        bool int4, int64_t N, int64_t K, int64_t blk, int64_t isa_request) {
-  check_args(x, q, N, K, blk);
-  const int64_t isa = pick_isa(isa_request);
   const int64_t Kp = (K + blk - 1) / blk * blk, T = (N + kTileN - 1) / kTileN;
-  TORCH_CHECK(q.numel() == T * kTileN * Kp / (int4 ? 2 : 1), "quant_linear: packed weight has the wrong size");
+  TORCH_CHECK(q.scalar_type() == at::kByte && q.is_contiguous() && q.numel() == T * kTileN * Kp / (int4 ? 2 : 1),
+              "quant_linear: the packed weight must be contiguous uint8 of the packed size");
   if (int4) {
     TORCH_CHECK(Kp == K && d.scalar_type() == at::kHalf && mn.scalar_type() == at::kHalf &&
                 d.is_contiguous() && mn.is_contiguous() && d.numel() == T * kTileN * (K / blk) &&
@@ -92,9 +88,23 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
     TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.numel() == T * kTileN,
                 "quant_linear: bad int8 scales");
   }
+}
+
+}  // namespace
+
+// y[M, N] = x[M, K] @ W^T (+ bias), W given in the packed format of swiftspec/kernels/quant.py.
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
+                        const at::Tensor& d, const at::Tensor& mn, const c10::optional<at::Tensor>& bias,
+                        bool int4, int64_t N, int64_t K, int64_t blk, int64_t isa_request) {
+  check_args(x, q, scale, d, mn, int4, N, K, blk);
+  const int64_t isa = pick_isa(isa_request);
+  const int64_t Kp = (K + blk - 1) / blk * blk, T = (N + kTileN - 1) / kTileN;
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   if (x.size(0) == 0) return out;
-  ActBuffers act = quantize_activations(x, K, Kp, static_cast<int>(blk), int4, isa);
+  thread_local Scratch cached;
+  Scratch fresh;
+  const ActQ act = quantize_activations(x, K, Kp, static_cast<int>(blk), int4, isa,
+                                        x.size(0) <= kCachedRows ? cached : fresh);
   at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->numel() == N, "quant_linear: bias must have N elements");
@@ -110,7 +120,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   auto run = isa == 2 ? tiles_avx512 : tiles_avx2;
   const int64_t nthreads = std::max<int64_t>(1, at::get_num_threads());
   if (nthreads == 1 || T * Kp * x.size(0) < kSerialWork) {
-    run(act.view, w, o, 0, T);
+    run(act, w, o, 0, T);
     return out;
   }
   // Threads take chunks of tiles from a shared counter: a thread slowed down by a busy core
@@ -119,7 +129,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   std::atomic<int64_t> next{0};
   at::parallel_for(0, nthreads, 1, [&](int64_t, int64_t) {
     for (int64_t t0 = next.fetch_add(chunk); t0 < T; t0 = next.fetch_add(chunk)) {
-      run(act.view, w, o, t0, std::min(T, t0 + chunk));
+      run(act, w, o, t0, std::min(T, t0 + chunk));
     }
   });
   return out;
