@@ -118,8 +118,10 @@ def build_report(
         for spec in ran:
             tokens = [r.tokens for r in results[spec.name]]
             divs = compare_to_ar([r.tokens for r in results[ar.name]], tokens, prompts, probe) if comparable else []
-            inputs = ModeInputs(spec, results[spec.name], lineup.backends[spec.name], lineup.weight_bytes[spec.name],
-                                lineup.draft_forwards.get(spec.name, 0.0), not divs if comparable else None, divs)
+            inputs = ModeInputs(spec=spec, results=results[spec.name], backend=lineup.backends[spec.name],
+                                weights=lineup.weight_bytes[spec.name],
+                                draft_forwards_estimate=lineup.draft_forwards.get(spec.name, 0.0),
+                                matches_ar=not divs if comparable else None, divergences=divs)
             modes[spec.name] = mode_entry(inputs, [len(p) for p in prompts], bandwidth)
     finally:
         if probe is not None:

@@ -74,8 +74,9 @@ class RunResult:
     """One prompt through one mode. Times are wall-clock seconds from the call to the last token."""
 
     tokens: list[int]  # new tokens, EOS excluded
-    ttft_s: float
+    ttft_s: float  # until the first new tokens arrived
     total_s: float
+    first_tokens: int = 1  # tokens that arrived together at ttft_s (several when the prefill also verifies)
     rounds: int = 0  # target forwards counted for the acceptance length (see `acceptance_length`)
     round_tokens: int = 0  # tokens those forwards emitted
     draft_s: float | None = None  # None where the mode cannot split its time
@@ -88,10 +89,15 @@ class RunResult:
         return self.round_tokens / self.rounds if self.rounds else 1.0
 
     @property
+    def decode_tokens(self) -> int:
+        """Tokens that arrived after the first ones."""
+        return max(len(self.tokens) - self.first_tokens, 0)
+
+    @property
     def tokens_per_s(self) -> float:
-        """Decode speed: tokens after the first over the time after the first (prefill excluded)."""
+        """Decode speed: tokens after the first arrival over the time after it (prefill excluded)."""
         decode_s = self.total_s - self.ttft_s
-        return (len(self.tokens) - 1) / decode_s if len(self.tokens) > 1 and decode_s > 0 else 0.0
+        return self.decode_tokens / decode_s if self.decode_tokens and decode_s > 0 else 0.0
 
     @property
     def e2e_tokens_per_s(self) -> float:
@@ -100,8 +106,8 @@ class RunResult:
 
     @property
     def tpot_s(self) -> float:
-        """Time per output token after the first (the inverse of the decode speed)."""
-        return (self.total_s - self.ttft_s) / (len(self.tokens) - 1) if len(self.tokens) > 1 else 0.0
+        """Time per output token after the first arrival (the inverse of the decode speed)."""
+        return (self.total_s - self.ttft_s) / self.decode_tokens if self.decode_tokens else 0.0
 
 
 class Runner(Protocol):
@@ -123,10 +129,10 @@ class EngineRunner:
         params = SamplingParams(temperature=self.temperature, seed=seed)
         tokens: list[int] = []
         start = time.perf_counter()
-        ttft = 0.0
+        ttft, first = 0.0, 0
         for chunk in self.engine.generate(prompt, params, max_new_tokens):
             if chunk and not tokens:
-                ttft = time.perf_counter() - start
+                ttft, first = time.perf_counter() - start, len(chunk)
             tokens.extend(chunk)
         total = time.perf_counter() - start
         stats = self.engine.stats
@@ -134,6 +140,7 @@ class EngineRunner:
             tokens=tokens,
             ttft_s=ttft,
             total_s=total,
+            first_tokens=first,
             rounds=len(stats.accept_lengths),
             round_tokens=sum(stats.accept_lengths),
             draft_s=stats.draft_s,

@@ -122,6 +122,7 @@ class HFRunner:
             tokens=tokens,
             ttft_s=streamer.first_s,
             total_s=total,
+            first_tokens=min(streamer.chunks[0], len(tokens)) if streamer.chunks else 0,
             rounds=len(streamer.chunks),  # one chunk per target forward (the prefill's included)
             round_tokens=len(tokens),  # the chunks' sum, less a final EOS
             draft_forwards=self.draft_calls.calls if self.assistant is not None else None,

@@ -123,7 +123,7 @@ class LlamaServerRunner:
         cmd = [binary, "-m", str(target), "--host", "127.0.0.1", "--port", str(self.port),
                "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1"]
         if draft is not None:
-            cmd += ["-md", str(draft)]
+            cmd += ["-md", str(draft)] + _draft_type_args(binary)
         self.log = log
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
@@ -174,6 +174,16 @@ class LlamaServerRunner:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _draft_type_args(binary: str) -> list[str]:
+    """Newer llama-server builds draft only when asked (`--spec-type draft-simple`); older ones draft
+    whenever `-md` is given and do not know the flag."""
+    try:
+        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["--spec-type", "draft-simple"] if "draft-simple" in help_text else []
 
 
 def _free_port() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8
 
 FORMATS = ("int8", "int4")
@@ -50,7 +51,9 @@ def quantize_model_(model: nn.Module, fmt: str, group_size: int | None = None, *
                     lm_head: bool = True) -> list[str]:
     """Convert every linear layer of `model` in place; returns the converted module names.
 
-    lm_head=False keeps the output projection (ParallelLMHead) in its original dtype."""
+    lm_head=False keeps the output projection (ParallelLMHead) in its original dtype.  The C++
+    kernels are built here (once per machine, cached; about a minute) rather than in the first
+    forward."""
     names = []
     for name, module in list(model.named_modules()):
         if not is_linear(module):
@@ -59,4 +62,6 @@ def quantize_model_(model: nn.Module, fmt: str, group_size: int | None = None, *
             continue
         quantize_linear_(module, fmt, group_size)
         names.append(name)
+    if names:
+        cpu_ext.load()  # build (or find) the kernels now, not during the first forward
     return names

@@ -126,6 +126,8 @@ def test_dispatch(ext) -> None:
     qw = kernels.quantize_int8(w)
     assert torch.equal(kernels.linear(x, qw), cpu_ext.quant_linear(x, qw))
     assert torch.equal(F.linear(x, qw), kernels.linear(x, qw))  # via QuantWeight.__torch_function__
+    b = torch.randn(32)
+    assert torch.equal(F.linear(input=x, weight=qw, bias=b), kernels.linear(x, qw, b))
     x16 = x.half()  # no fp16 kernel: the exact reference
     assert torch.equal(kernels.linear(x16, qw), quant_linear_ref(x16, qw))
 

@@ -19,10 +19,7 @@ constexpr int kTileN = 16;  // output channels per tile (one zmm of fp32 lanes)
 //   AVX2:    xq, x16: [M, Kp];                                 xs, xc: [M, nb]
 // xc is the per-(row, block) correction: int8 weights: -128 * sum(xq) (int32);
 // int4 weights: the bits of the float xs * sum(xq).
-#ifndef SWIFTSPEC_PASS_ROWS
-#define SWIFTSPEC_PASS_ROWS 16
-#endif
-constexpr int kPassRows = SWIFTSPEC_PASS_ROWS;
+constexpr int kPassRows = 16;  // 16 int32 accumulators + weights fit the 32 zmm registers
 
 struct ActQ {  // buffers owned by the caller; quantize_act_* fills them, tiles_* reads them
   int8_t* xq;

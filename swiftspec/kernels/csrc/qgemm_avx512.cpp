@@ -15,10 +15,7 @@ namespace {
 
 // Software prefetch distance in the weight stream.  With several rows per pass the loop is busy
 // computing and the hardware prefetcher alone leaves DRAM idle; one row is pure streaming.
-#ifndef SWIFTSPEC_PREFETCH
-#define SWIFTSPEC_PREFETCH 2048
-#endif
-constexpr int kPrefetch = SWIFTSPEC_PREFETCH;
+constexpr int kPrefetch = 2048;  // bytes; 1-8 KiB measured alike
 
 inline __mmask16 tail_mask(int64_t n) {
   return n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
@@ -81,6 +78,11 @@ void store_rows(const OutSpec& o, int64_t t, int64_t r0, __m512 (&acc)[R]) {
   }
 }
 
+// With few rows, one accumulator per row would chain every vpdpbusd on the previous one's
+// latency; small passes use two chains per row (int32 sums are exact in any order).
+template <int R>
+constexpr bool kSplit = R <= 4;
+
 template <int R>
 inline void prefetch(const uint8_t* p) {
   if constexpr (R > 1) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
@@ -98,17 +100,23 @@ void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int b = 0; b < a.nb; ++b) {
-    __m512i p[R];
-    for (int r = 0; r < R; ++r) p[r] = _mm512_set1_epi32(xc[b * R + r]);
+    __m512i p[R], p2[R];  // p2: second accumulator chain for odd steps when R is small
+    for (int r = 0; r < R; ++r) p[r] = _mm512_set1_epi32(xc[b * R + r]), p2[r] = _mm512_setzero_si512();
     const uint8_t* wb = wt + (int64_t)b * steps * 64;
     const int32_t* xb = xi + (int64_t)b * steps * R;
-#pragma GCC unroll 4
-    for (int s = 0; s < steps; ++s) {
-      const __m512i wv = _mm512_loadu_si512(wb + s * 64);
+#pragma GCC unroll 2
+    for (int s = 0; s < steps; s += 2) {
+      const __m512i w0 = _mm512_loadu_si512(wb + s * 64), w1 = _mm512_loadu_si512(wb + s * 64 + 64);
       prefetch<R>(wb + s * 64);
-      for (int r = 0; r < R; ++r) p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xb[s * R + r]));
+      prefetch<R>(wb + s * 64 + 64);
+      for (int r = 0; r < R; ++r) p[r] = _mm512_dpbusd_epi32(p[r], w0, _mm512_set1_epi32(xb[s * R + r]));
+      for (int r = 0; r < R; ++r) {
+        __m512i& acc2 = kSplit<R> ? p2[r] : p[r];
+        acc2 = _mm512_dpbusd_epi32(acc2, w1, _mm512_set1_epi32(xb[(s + 1) * R + r]));
+      }
     }
     for (int r = 0; r < R; ++r) {
+      if constexpr (kSplit<R>) p[r] = _mm512_add_epi32(p[r], p2[r]);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_set1_ps(xs[b * R + r]), acc[r]);
     }
   }
@@ -133,8 +141,8 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int g = 0; g < a.nb; ++g) {
-    __m512i p[R];
-    for (int r = 0; r < R; ++r) p[r] = _mm512_setzero_si512();
+    __m512i p[R], p2[R];  // p2: second accumulator chain for the high nibbles when R is small
+    for (int r = 0; r < R; ++r) p[r] = p2[r] = _mm512_setzero_si512();
     const uint8_t* wg = wt + (int64_t)g * steps * 64;
     const int32_t* xg = xi + (int64_t)g * steps * 2 * R;
 #pragma GCC unroll 2
@@ -144,9 +152,13 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
       const __m512i lo = _mm512_and_si512(v, low4);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       for (int r = 0; r < R; ++r) {
+        __m512i& acc2 = kSplit<R> ? p2[r] : p[r];
         p[r] = _mm512_dpbusd_epi32(p[r], lo, _mm512_set1_epi32(xg[(2 * s) * R + r]));
-        p[r] = _mm512_dpbusd_epi32(p[r], hi, _mm512_set1_epi32(xg[(2 * s + 1) * R + r]));
+        acc2 = _mm512_dpbusd_epi32(acc2, hi, _mm512_set1_epi32(xg[(2 * s + 1) * R + r]));
       }
+    }
+    if constexpr (kSplit<R>) {
+      for (int r = 0; r < R; ++r) p[r] = _mm512_add_epi32(p[r], p2[r]);
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dt + g * kTileN)));
     const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mt + g * kTileN)));
@@ -167,7 +179,7 @@ struct Table {
   static constexpr TileFn i4[] = {tile_int4<Rs>...};
 };
 using Rows = Table<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>;
-static_assert(kPassRows <= 16, "one table entry per pass size");
+static_assert(kPassRows == 16, "one table entry per pass size");
 
 }  // namespace
 
