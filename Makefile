@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-kernels style clean
+.PHONY: install install-llamacpp demo test test-fast bench bench-check bench-kernels style clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,23 @@ test: install
 test-fast: install
 	$(PY) -m pytest -m "not slow"
 
+# `;` separates groups loaded one after another: all eight modes at once need ~20 GB.
+# llama.cpp peers need `make install-llamacpp` (or LLAMA_SERVER=path/to/llama-server); else skipped.
+BENCH_MODES ?= ar,tree,async,hf-ar;chain,hf-assisted,llamacpp-ar,llamacpp-spec
 bench: install
-	$(PY) -m swiftspec.serve.cli bench --modes ar,chain,tree,async,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec \
-		--prompts 10 --max-tokens 128 --out bench_out
+	$(PY) -m swiftspec.serve.cli bench --modes "$(BENCH_MODES)" --prompts 10 --max-tokens 128 \
+		--temperature 0 --seed 0 --warmup 1 --out bench_out $(if $(LLAMA_SERVER),--llama-server $(LLAMA_SERVER))
+	$(PY) -m swiftspec.bench.check bench_out
+
+bench-check: install
+	$(PY) -m swiftspec.serve.cli bench --modes "ar,chain,tree;hf-ar" --prompts 2 --max-tokens 32 \
+		--warmup 0 --out bench_out/check
+	$(PY) -m swiftspec.bench.check bench_out/check
+
+# llama.cpp's Python bindings, built from source without -march=native (AMX faults in some VMs).
+install-llamacpp: install
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+		$(PY) -m pip install -q llama-cpp-python
 
 bench-kernels: install
 	$(PY) bench/kernels.py

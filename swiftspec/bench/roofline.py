@@ -5,9 +5,11 @@ Single-stream decoding on a CPU is bound by reading weights. The bound of a mode
     bytes per token = (target bytes + draft bytes * draft forwards per round) / acceptance length
     bound tok/s     = bandwidth / bytes per token
 
-where "bytes" are the weights one forward reads: every linear layer plus the LM head, in the
-format the mode holds them (embedding lookups, norms, biases and the KV cache are left out, so the
-bound is optimistic). For autoregressive modes the draft term is 0 and the acceptance length is 1.
+where "bytes" are the weights one forward reads, in the format the mode holds them: for our modes
+every linear layer plus the LM head (from the shapes); for transformers every parameter but the
+input embedding; for llama.cpp every GGUF tensor as stored but `token_embd`. Embedding lookups and
+the KV cache are left out, so the bound is optimistic. For autoregressive modes the draft term is 0
+and the acceptance length is 1. The bandwidth is the faster of two tests, before and after the runs.
 The draft's reads count in full also for async mode: on one machine both models share the bandwidth.
 """
 
@@ -44,8 +46,11 @@ class Bound:
     draft_forwards_per_round: float
 
 
-def measure_bandwidth(threads: int, gib: float = 1.0, repeats: int = 5) -> float:
-    """Best streaming-read bandwidth in bytes/s: torch.sum over a `gib` GiB float32 tensor."""
+def measure_bandwidth(threads: int, gib: float = 1.0, repeats: int = 10) -> float:
+    """Best streaming-read bandwidth in bytes/s: torch.sum over a `gib` GiB float32 tensor.
+
+    The best of several passes, since other work on the machine only ever slows a pass down.
+    """
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -35,7 +35,8 @@ DEFINITIONS = {
     "matches_ar": "greedy tokens identical to our ar mode on every prompt (null: not greedy or no ar mode)",
     "divergences": "first divergence from ar on every prompt where the tokens differ",
     "tie": "top-2 logit gap of our target at the divergence <= eps(dtype) * max(|l1|, |l2|)",
-    "roofline": "bound = bandwidth / ((target_bytes + draft_bytes * draft_forwards_per_round) / acceptance_length)",
+    "roofline": "bound = bandwidth / ((target_bytes + draft_bytes * draft_forwards_per_round) / acceptance_length); "
+                "bandwidth = the faster of two streaming-read tests (before and after the runs)",
 }
 
 
