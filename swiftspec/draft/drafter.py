@@ -16,6 +16,7 @@ import torch
 from swiftspec import kernels
 from swiftspec.config import TreeConfig
 from swiftspec.draft.vocab import pruned_vocab
+from swiftspec.runtime.cuda_graph import attach
 from swiftspec.runtime.runner import ModelRunner, causal_mask
 from swiftspec.sampling import SamplingParams, draft_logprobs
 from swiftspec.tree import (
@@ -41,6 +42,8 @@ class TreeDrafter:
         self.cfg = cfg
         self.runner = ModelRunner(model, max_seq_len + cfg.budget + 8, max_nodes=cfg.budget, head=head)
         self.vocab_map = None if vocab is None else vocab.to(self.runner.device)  # draft row -> token id
+        # CUDA graphs: w leaves, and w leaves behind the verified tokens still missing KV
+        attach(self.runner, (cfg.width, cfg.width + cfg.verify_size + 1))
         self.tree: TokenTree = new_tree(0)
         self.pending: list[int] = []  # verified tokens whose draft KV is missing
         self.params = SamplingParams()

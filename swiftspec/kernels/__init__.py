@@ -1,12 +1,14 @@
 """The one kernel dispatch point: `linear` picks F.linear, the C++ quantized CPU kernel or its
-torch reference; the quantized-weight formats and model conversion are re-exported here."""
+torch reference; `tree_attention`, `swiglu` and `swiglu_act` pick Triton on CUDA tensors when
+Triton is importable (`use_triton`) and their torch references otherwise. The quantized-weight
+formats and model conversion are re-exported here."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from swiftspec.kernels import cpu_ext
+from swiftspec.kernels import cpu_ext, triton_support
 from swiftspec.kernels.convert import quantize_linear_, quantize_model_, quantize_weight
 from swiftspec.kernels.quant import (
     QuantWeight,
@@ -16,10 +18,20 @@ from swiftspec.kernels.quant import (
     quantize_int4,
     quantize_int8,
 )
+from swiftspec.kernels.swiglu import (
+    MAX_FUSED_ROWS,
+    swiglu_act_ref,
+    swiglu_act_triton,
+    swiglu_ref,
+    swiglu_triton,
+)
+from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
     "QuantWeight", "dequantize", "linear", "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
+    "grouped_attention", "swiglu", "swiglu_act", "swiglu_act_ref", "swiglu_ref", "tree_attention",
+    "tree_attention_ref", "use_triton",
 ]
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float32)
@@ -37,3 +49,39 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
         if cpu_ext.load() is not None:
             return cpu_ext.quant_linear(x, weight, bias)
     return quant_linear_ref(x, weight, bias)
+
+
+def use_triton(x: torch.Tensor) -> bool:
+    """The rule for every Triton kernel: x is a CUDA tensor and Triton is importable."""
+    return x.is_cuda and triton_support.available()
+
+
+def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor,
+                   cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Masked GQA of q [T, H, D] (pre-RoPE; rotated by cos, sin [T, D]) over slots [0, S) of a cache
+    layer k_cache, v_cache [S_max, Hkv, D] (keys stored rotated), mask [T, S] bool (True = may
+    attend) -> [T, H, D]. Shapes and layouts in kernels/tree_attention.py."""
+    head_dim = q.shape[-1]
+    fits = head_dim >= 16 and head_dim & (head_dim - 1) == 0 and q.dtype == k_cache.dtype == v_cache.dtype
+    strides = (q.stride(-1), k_cache.stride(-1), v_cache.stride(-1), mask.stride(-1), cos.stride(-1), sin.stride(-1))
+    if use_triton(q) and fits and strides == (1,) * 6:
+        return tree_attention_triton(q, k_cache, v_cache, mask, cos, sin)
+    return tree_attention_ref(q, k_cache, v_cache, mask, cos, sin)
+
+
+def swiglu_act(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [M, 2I] (gate columns first) -> silu(gate) * up [M, I]."""
+    if use_triton(gate_up) and gate_up.stride(-1) == 1:
+        return swiglu_act_triton(gate_up)
+    return swiglu_act_ref(gate_up)
+
+
+def swiglu(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(x Wg^T) * (x Wu^T) [M, I] for x [M, H] and the packed gate_up weight [2I, H] (+ bias [2I]).
+
+    One fused Triton kernel for a plain CUDA weight and M <= MAX_FUSED_ROWS; otherwise `linear`
+    (so a QuantWeight keeps its kernels) followed by `swiglu_act`."""
+    plain = isinstance(weight, torch.Tensor) and bias is None and weight.dtype == x.dtype
+    if use_triton(x) and plain and x.shape[0] <= MAX_FUSED_ROWS and x.stride(-1) == weight.stride(-1) == 1:
+        return swiglu_triton(x, weight)
+    return swiglu_act(linear(x, weight, bias))

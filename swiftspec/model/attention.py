@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
+from swiftspec.kernels import grouped_attention
 from swiftspec.model.args import ModelArgs
 from swiftspec.model.layers import RopeAngles, apply_rope
 from swiftspec.parallel.linear import QKVParallelLinear, RowParallelLinear
@@ -61,6 +62,8 @@ class Attention(nn.Module):
         num_tokens = x.shape[0]
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(x).view(num_tokens, heads + 2 * kv_heads, self.head_dim)
+        if kernels.use_triton(qkv):
+            return self.o_proj(self._fused_attention(qkv, inputs, cache).reshape(num_tokens, heads * self.head_dim))
         # q and k are adjacent in the packed output: one rotation covers both
         qk = apply_rope(qkv[:, : heads + kv_heads], inputs.rope)  # [T, heads + kv_heads, D]
         q, k = qk.split((heads, kv_heads), dim=1)
@@ -70,23 +73,14 @@ class Attention(nn.Module):
         out = grouped_attention(q, kv.k, kv.v, inputs.row_mask)  # [T, heads, D]
         return self.o_proj(out.reshape(num_tokens, heads * self.head_dim))
 
+    def _fused_attention(self, qkv: torch.Tensor, inputs: AttentionInputs, cache: KVCache) -> torch.Tensor:
+        """qkv [T, heads + 2 * kv_heads, D] -> [T, heads, D] on CUDA with Triton: keys are rotated
+        here and cached rotated, queries are rotated inside kernels.tree_attention."""
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        k = apply_rope(qkv[:, heads : heads + kv_heads], inputs.rope)  # [T, kv_heads, D]
+        cache.write(self.layer_idx, inputs.slots, k, qkv[:, heads + kv_heads :])
+        kv = cache.view(self.layer_idx, cache.max_len)  # [max_len, kv_heads, D]; the mask bounds the reads
+        mask = inputs.row_mask[: qkv.shape[0]]  # [T, S]: the first block of the per-group repeat
+        rope = inputs.rope
+        return kernels.tree_attention(qkv[:, :heads], kv.k, kv.v, mask, rope.cos[:, 0], rope.sin[:, 0])
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch.Tensor) -> torch.Tensor:
-    """Masked softmax attention of q [T, heads, D] over k, v [S, kv_heads, D] -> [T, heads, D].
-    row_mask [group * T, S] bool is the [T, S] mask repeated per group member (AttentionInputs.build).
-
-    Query head h reads KV head h // group (HF's repeat_kv order). The `group` query heads that
-    share a KV head are stacked as extra query rows ([kv_heads, group * T, D]), so each KV head is
-    streamed once per call instead of once per query head: SDPA on CPU costs per (batch*head) pass.
-    """
-    num_tokens, heads, head_dim = q.shape
-    kv_heads = k.shape[1]
-    group = heads // kv_heads
-    rows = q.view(num_tokens, kv_heads, group, head_dim).permute(1, 2, 0, 3)  # [kv_heads, group, T, D]
-    rows = rows.reshape(kv_heads, group * num_tokens, head_dim)  # row i * T + t: head h * group + i, token t
-    # 4-D inputs select the CPU flash kernel; 3-D ones fall back to the math path (fp32 copies of K/V)
-    out = F.scaled_dot_product_attention(
-        rows[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=row_mask
-    )[0]  # [kv_heads, group * T, D]
-    out = out.view(kv_heads, group, num_tokens, head_dim).permute(2, 0, 1, 3)  # [T, kv_heads, group, D]
-    return out.reshape(num_tokens, heads, head_dim)

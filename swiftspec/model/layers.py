@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from swiftspec import kernels
 from swiftspec.model.args import RopeScaling
 from swiftspec.parallel.linear import MergedColumnParallelLinear, RowParallelLinear
 from swiftspec.parallel.state import ParallelState
@@ -109,5 +110,5 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, intermediate / tp] each
-        return self.down_proj(F.silu(gate).mul_(up))
+        proj = self.gate_up_proj  # on CPU: F.linear, then silu(gate) * up (kernels.swiglu_act_ref)
+        return self.down_proj(kernels.swiglu(x, proj.weight, proj.bias))  # [T, intermediate / tp] in between

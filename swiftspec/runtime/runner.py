@@ -26,6 +26,7 @@ class ModelRunner:
         self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
         self.head = head  # [V', H] (or packed) rows of a pruned LM head; None = the model's own
+        self.graphs = None  # CUDA: a runtime.cuda_graph.GraphRunner replaying captured shapes
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [T, H] -> float32 logits [T, V] (or [T, V'] over a pruned head's rows)."""
@@ -43,6 +44,8 @@ class ModelRunner:
         rows: torch.Tensor | None = None,  # [R] rows whose logits are wanted (default: all)
     ) -> torch.Tensor:
         """Logits [R, V] float32."""
+        if self.graphs is not None and self.graphs.covers(tokens.numel(), mask.shape[1]):
+            return self.graphs.forward(tokens, positions, slots, mask, rows)
         hidden = self.model(tokens, positions, self.cache, slots, mask)  # [T, H]
         if rows is not None:
             hidden = hidden[rows]

