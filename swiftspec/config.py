@@ -19,7 +19,7 @@ class TreeConfig:
     verify_size: int = 8  # bs: nodes sent to the target per round
     depth: int = 0  # d: draft expansions per round (0 = choose by profiling)
     topk: int = 8  # children proposed per expanded leaf
-    budget: int = 128  # most nodes a tree may hold
+    budget: int = 1024  # most nodes a tree may hold (a small budget starves the async tree's depth)
     chain_length: int = 4  # k: draft tokens per round in chain mode
 
     def __post_init__(self) -> None:
