@@ -82,6 +82,7 @@ class RunResult:
     draft_s: float | None = None  # None where the mode cannot split its time
     verify_s: float | None = None
     draft_forwards: int | None = None  # draft model forwards, where the mode can count them
+    busy: dict[str, float] | None = None  # async: fraction of the wall time each group was busy
 
     @property
     def acceptance_length(self) -> float:
@@ -145,10 +146,18 @@ class EngineRunner:
             round_tokens=sum(stats.accept_lengths),
             draft_s=stats.draft_s,
             verify_s=stats.verify_s,
+            busy=_busy_fractions(getattr(self.engine, "trace_summary", None)),
         )
 
     def close(self) -> None:
         self.engine.close()
+
+
+def _busy_fractions(summary: dict | None) -> dict[str, float] | None:
+    """Each group's busy fraction from an async engine's timeline summary (None for other modes)."""
+    if not summary or "target" not in summary:
+        return None
+    return {side: summary[side]["busy_fraction"] for side in ("target", "draft")}
 
 
 def run_interleaved(

@@ -104,6 +104,7 @@ def mode_entry(m: ModeInputs, prompt_lengths: list[int], bandwidth: float) -> di
         "new_tokens": statistics.fmean(len(r.tokens) for r in rs),
         "draft_s": _mean_or_none([r.draft_s for r in rs]),
         "verify_s": _mean_or_none([r.verify_s for r in rs]),
+        "busy_fraction": _busy_mean(rs),
         "matches_ar": m.matches_ar,
         "first_divergence": m.divergences[0].to_json() if m.divergences else None,
         "divergences": [d.to_json() for d in m.divergences],
@@ -145,3 +146,11 @@ def add_speedups(modes: dict[str, dict]) -> None:
         ref = modes.get(base, {}).get("tokens_per_s", {}).get("mean", 0.0)
         for entry in modes.values():
             entry[key] = entry["tokens_per_s"]["mean"] / ref if ref else None
+
+
+def _busy_mean(rs: list) -> dict[str, float] | None:
+    """Mean busy fraction of the target and draft groups over the prompts (async modes only)."""
+    busy = [r.busy for r in rs if r.busy]
+    if not busy:
+        return None
+    return {side: statistics.fmean(b[side] for b in busy) for side in ("target", "draft")}
