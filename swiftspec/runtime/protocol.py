@@ -64,7 +64,7 @@ class Verified:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """Ask the draft for its time per expansion (request), or report busy seconds and spans (reply).
+    """The draft's report after a request stops: its busy seconds and its timeline spans.
 
     events rows are (span code, start, end) in seconds since the epoch; see runtime/trace.py.
     """

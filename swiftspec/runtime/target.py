@@ -36,12 +36,12 @@ class TreeVerifier:
 
     def verify(self, tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor,
                params: SamplingParams, rng: torch.Generator) -> Acceptance:
-        """Accept a path of the subtree and commit its KV to the prefix (leader decides)."""
+        """Accept a path of the subtree (the leader decides; `commit` then keeps its KV).
+
+        Children are the draft's deterministic top-k, so stochastic verification treats q as one-hot."""
         if params.greedy:
-            acc = verify_greedy(tokens, parents, logits)
-        else:
-            acc = verify_stochastic(tokens, parents, logits, None, params, rng, deterministic=True)
-        return acc
+            return verify_greedy(tokens, parents, logits)
+        return verify_stochastic(tokens, parents, logits, None, params, rng, deterministic=True)
 
     def commit(self, accepted: torch.Tensor) -> None:
         """Move the KV of accepted subtree nodes [a+1] (root first) into the prefix."""
