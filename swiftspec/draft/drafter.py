@@ -131,13 +131,12 @@ class _Pending:
 def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, weights: str) -> TreeDrafter:
     """A drafter over a loaded draft model (swiftspec.weights.LoadedModel): prune its LM head to
     the draft_vocab most frequent code tokens when a table matches its tokenizer, then pack its
-    weights ("bf16" keeps them as loaded)."""
+    weights (bf16 stays bf16, served by the small-M kernel where it applies)."""
     model = draft.model
     vocab = pruned_vocab(draft.tokenizer, draft_vocab, draft.args.vocab_size) if model.parallel.tp_size == 1 else None
     head = None
     if vocab is not None:
         head = model.lm_head.weight.data[vocab.to(model.lm_head.weight.device)].contiguous()  # [V', H]
-    if weights != "bf16":
-        kernels.quantize_model_(model, weights, lm_head=vocab is None)
-        head = None if head is None else kernels.quantize_weight(head, weights)
+    kernels.prepare_model_(model, weights, lm_head=vocab is None)
+    head = None if head is None else kernels.prepare_weight(head, weights)
     return TreeDrafter(model, cfg, max_seq_len, vocab, head)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from swiftspec.kernels import cpu_ext, triton_support
-from swiftspec.kernels.convert import quantize_linear_, quantize_model_, quantize_weight
+from swiftspec.kernels.convert import prepare_model_, prepare_weight, quantize_linear_, quantize_model_, quantize_weight
 from swiftspec.kernels.quant import (
     QuantWeight,
     dequantize,
@@ -28,7 +28,7 @@ from swiftspec.kernels.swiglu import (
 from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
-    "QuantWeight", "dequantize", "linear", "quant_linear_a8_ref", "quant_linear_ref",
+    "QuantWeight", "dequantize", "linear", "prepare_model_", "prepare_weight", "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
     "grouped_attention", "swiglu", "swiglu_act", "swiglu_act_ref", "swiglu_ref", "tree_attention",
     "tree_attention_ref", "use_triton",
@@ -40,11 +40,19 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float32)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ weight^T (+ bias [N]).
 
-    Plain tensors go to F.linear.  A QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU
-    tensor and the extension is built (x rows quantized to int8 per K-block, see quant.py), and
-    the exact torch reference otherwise (other devices or dtypes, or no compiler)."""
+    Plain tensors go to F.linear.  A wrapped bf16 weight runs the AVX-512 BF16 kernel for a bf16
+    CPU x of at most cpu_ext.MAX_BF16_ROWS rows on a CPU that has it, and F.linear otherwise.  An
+    int8/int4 QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
+    is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
+    otherwise (other devices or dtypes, or no compiler)."""
     if not isinstance(weight, QuantWeight):
         return F.linear(x, weight, bias)
+    if weight.fmt == "bf16":
+        rows = x.numel() // max(1, x.shape[-1])
+        if x.dtype == torch.bfloat16 and x.device.type == "cpu" and rows <= cpu_ext.MAX_BF16_ROWS \
+                and weight.device.type == "cpu" and cpu_ext.has_bf16():
+            return cpu_ext.bf16_linear(x, weight.qweight, bias)
+        return F.linear(x, weight.qweight, bias)
     if x.device.type == "cpu" and weight.device.type == "cpu" and x.dtype in _KERNEL_DTYPES:
         if cpu_ext.load() is not None:
             return cpu_ext.quant_linear(x, weight, bias)

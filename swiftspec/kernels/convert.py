@@ -1,4 +1,5 @@
-"""In-place conversion of a model's linear layers to packed int8/int4 weights (CPU inference)."""
+"""In-place conversion of a model's linear layers to packed int8/int4 weights, or to wrapped bf16
+weights served by the small-M bf16 kernel (CPU inference)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import torch
 from torch import nn
 
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8
+from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8, wrap_bf16
 
-FORMATS = ("int8", "int4")
+FORMATS = ("bf16", "int8", "int4")
 # Layers whose forward is y = F.linear(x, self.weight, bias) (matched on the class hierarchy, so
 # kernels/ need not import parallel/): torch's Linear, swiftspec's LinearBase family, and the LM
 # head.  VocabParallelEmbedding, the LM head's base class, is a lookup and is never converted.
@@ -24,9 +25,12 @@ def is_linear(module: nn.Module) -> bool:
 
 
 def quantize_weight(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QuantWeight:
-    """Pack a dense [N, K] weight: "int8" per channel, "int4" group-wise (default group 128)."""
+    """Pack a dense [N, K] weight: "int8" per channel, "int4" group-wise (default group 128),
+    "bf16" wrapped unchanged (the weight must already be bf16)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown weight format {fmt!r}; expected one of {FORMATS}")
+    if fmt == "bf16":
+        return wrap_bf16(w)
     if fmt == "int8":
         return quantize_int8(w, group_size)
     return quantize_int4(w, group_size or 128)
@@ -65,3 +69,27 @@ def quantize_model_(model: nn.Module, fmt: str, group_size: int | None = None, *
     if names:
         cpu_ext.load()  # build (or find) the kernels now, not during the first forward
     return names
+
+
+def _bf16_kernel_applies(w: torch.Tensor) -> bool:
+    return w.dtype == torch.bfloat16 and w.device.type == "cpu" and cpu_ext.has_bf16()
+
+
+def prepare_model_(model: nn.Module, fmt: str, *, lm_head: bool = True) -> list[str]:
+    """Ready a loaded model's linear layers for `--weights fmt`, in place; returns their names.
+
+    int8/int4: quantize_model_.  bf16: wrap each bf16 CPU weight for the small-M bf16 kernel when
+    this CPU has AVX-512 BF16 (weights on other devices or in other dtypes stay plain tensors)."""
+    if fmt != "bf16":
+        return quantize_model_(model, fmt, lm_head=lm_head)
+    first = next(model.parameters(), None)
+    if first is None or not _bf16_kernel_applies(first):
+        return []
+    return quantize_model_(model, "bf16", lm_head=lm_head)
+
+
+def prepare_weight(w: torch.Tensor, fmt: str) -> torch.Tensor | QuantWeight:
+    """One weight as prepare_model_ would ready it (a bf16 weight stays plain where the kernel does not apply)."""
+    if fmt == "bf16" and not _bf16_kernel_applies(w):
+        return w
+    return quantize_weight(w, fmt)

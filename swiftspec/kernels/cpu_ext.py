@@ -1,4 +1,5 @@
-"""JIT build (once, cached on disk) and call wrapper of the C++ quantized-linear CPU kernels.
+"""JIT build (once, cached on disk) and call wrappers of the C++ CPU kernels: the quantized
+int8/int4 linear and the small-M bf16 linear.
 
 The extension is compiled with torch.utils.cpp_extension.load into
 ``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>/`` (default cache: ~/.cache/swiftspec).  If it
@@ -19,14 +20,15 @@ import torch
 from swiftspec.kernels.quant import QuantWeight
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp")
+_SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp")
+MAX_BF16_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp: more rows go to oneDNN
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
 _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
 ISA_NAMES = {0: "none", 1: "avx2", 2: "avx512-vnni"}
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
-_state: dict[str, ModuleType | None] = {}  # "ext" -> the module, or None after a failed attempt
+_state: dict[str, object] = {}  # "ext": the module (None after a failed build); "bf16": has_bf16()
 
 
 def cache_dir() -> Path:
@@ -91,3 +93,25 @@ def quant_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = N
     else:
         y = ext.quant_linear(x2, qw.qweight, qw.scale, _EMPTY, _EMPTY, bias, False, n, k, qw.group_size, isa_level)
     return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
+
+
+def has_bf16() -> bool:
+    """True if the extension is built and this CPU has AVX-512 BF16 (the small-M bf16 kernel)."""
+    if "bf16" not in _state:
+        ext = load()
+        _state["bf16"] = ext is not None and ext.has_bf16()
+    return bool(_state["bf16"])
+
+
+def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, at most MAX_BF16_ROWS rows of x.
+
+    Each row's result is independent of the other rows (see csrc/bf16_gemm_avx512.cpp)."""
+    ext = _state.get("ext") or load()
+    if ext is None:
+        raise RuntimeError("swiftspec CPU kernels are unavailable")
+    x2 = x if x.dim() == 2 else x.reshape(-1, w.shape[1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = ext.bf16_linear(x2, w, bias)
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])

@@ -15,6 +15,9 @@ even) and sums exactly in int32 (vpdpbusd does 64 multiply-adds per instruction;
 too few to keep M = 8..16 rows bandwidth-bound).  ``quant_linear_a8_ref`` reproduces that math,
 ``quant_linear_ref`` is the ideal x @ dequant(W)^T; they differ by about 0.5-1% (relative norm).
 A row's result never depends on the other rows of the batch.
+
+- bf16: not quantized.  ``qweight`` is the model's own bf16 [N, K] weight (shared storage, e.g.
+  with a tied embedding); the wrapper only routes small-M calls to the AVX-512 BF16 kernel.
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group
 class QuantWeight:
     """A packed [N, K] weight; F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
 
-    fmt: str  # "int8" | "int4"
+    fmt: str  # "int8" | "int4" | "bf16"
     shape: tuple[int, int]  # logical (N, K)
     group_size: int  # int4: K-group of d/mn; int8: activation K-block
-    qweight: torch.Tensor  # uint8, layout in the module docstring
-    scale: torch.Tensor  # int8: fp32 [T * 16]; int4: fp16 [T, K/G, 16]
+    qweight: torch.Tensor  # uint8, layout in the module docstring; bf16: the [N, K] weight
+    scale: torch.Tensor  # int8: fp32 [T * 16]; int4: fp16 [T, K/G, 16]; bf16: empty
     mins: torch.Tensor | None = None  # int4: fp16 [T, K/G, 16]; int8: None
 
     @property
@@ -46,7 +49,7 @@ class QuantWeight:
     @property
     def nbytes(self) -> int:
         extra = 0 if self.mins is None else self.mins.numel() * self.mins.element_size()
-        return self.qweight.numel() + self.scale.numel() * self.scale.element_size() + extra
+        return self.qweight.numel() * self.qweight.element_size() + self.scale.numel() * self.scale.element_size() + extra
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
@@ -124,9 +127,19 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128) -> QuantWeight:
     return QuantWeight("int4", (n, k), group_size, packed, d_t, m_t)
 
 
+def wrap_bf16(w: torch.Tensor) -> QuantWeight:
+    """A bf16 [N, K] weight (kept as is, storage shared) for the small-M bf16 kernel."""
+    _check_weight(w)
+    if w.dtype != torch.bfloat16 or w.stride(-1) != 1:
+        raise ValueError(f"bf16 wrapping needs a row-major bf16 weight, got {w.dtype}")
+    return QuantWeight("bf16", tuple(w.shape), 0, w.detach(), torch.empty(0))
+
+
 def dequantize(qw: QuantWeight) -> torch.Tensor:
     """The fp32 [N, K] weight that ``qw`` represents."""
     n, k = qw.shape
+    if qw.fmt == "bf16":
+        return qw.qweight.float()
     t = qw.qweight.shape[0]
     if qw.fmt == "int8":
         q = qw.qweight.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float() - 128.0

@@ -46,8 +46,7 @@ def load_target(source: str, load: LoadConfig, parallel=None):
     from swiftspec.weights import load_model
 
     loaded = load_model(source, load, parallel or ParallelState())
-    if load.weights != "bf16":
-        kernels.quantize_model_(loaded.model, load.weights)
+    kernels.prepare_model_(loaded.model, load.weights)
     return loaded
 
 

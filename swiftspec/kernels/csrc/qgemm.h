@@ -67,4 +67,22 @@ void tiles_avx512(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0,
 void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1);
 void tiles_avx2(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);
 
+// bf16 linear at small M (bf16_gemm_avx512.cpp): out [M, N] bf16 = x [M, K] @ w[N, K]^T + bias,
+// all bf16 except the fp32 bias; ld* are row strides in elements.  bf16_cols_avx512 computes
+// output channels [n0, n1) (n0 a multiple of bf16_block_channels(M)) for all M rows.
+struct Bf16Gemm {
+  const uint16_t* x;
+  int64_t ldx;
+  const uint16_t* w;
+  int64_t ldw;
+  const float* bias;
+  uint16_t* out;
+  int64_t ldo;
+  int64_t M;
+  int64_t N;
+  int64_t K;
+};
+int bf16_block_channels(int64_t M);
+void bf16_cols_avx512(const Bf16Gemm& g, int64_t n0, int64_t n1);
+
 }  // namespace swiftspec

@@ -15,6 +15,7 @@ namespace {
 // 0: no usable ISA, 1: AVX2 + FMA + F16C, 2: AVX-512 (F, BW, VL, DQ) + VNNI.
 // Below this many (tile x K x row) steps, waking the thread pool costs more than it saves.
 constexpr int64_t kSerialWork = 1 << 15;
+constexpr int64_t kMaxBf16Rows = 16;  // larger batches (prefill) go to oneDNN
 
 int64_t detect_isa() {
   __builtin_cpu_init();
@@ -90,6 +91,23 @@ void check_args(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scal
   }
 }
 
+// Runs fn(u0, u1) over units [0, n): threads take chunks from a shared counter, so a thread slowed
+// down by a busy core simply takes fewer chunks, and each chunk is one sequential weight stream.
+// Below kSerialWork, waking the thread pool costs more than it saves.
+template <typename Fn>
+void parallel_chunks(int64_t n, int64_t work, const Fn& fn) {
+  const int64_t nthreads = std::max<int64_t>(1, at::get_num_threads());
+  if (nthreads == 1 || work < kSerialWork) {
+    fn(0, n);
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1, n / (nthreads * 8));
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, nthreads, 1, [&](int64_t, int64_t) {
+    for (int64_t u0 = next.fetch_add(chunk); u0 < n; u0 = next.fetch_add(chunk)) fn(u0, std::min(n, u0 + chunk));
+  });
+}
+
 }  // namespace
 
 // y[M, N] = x[M, K] @ W^T (+ bias), W given in the packed format of swiftspec/kernels/quant.py.
@@ -118,19 +136,42 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
                   x.scalar_type() == at::kBFloat16};
   auto run = isa == 2 ? tiles_avx512 : tiles_avx2;
-  const int64_t nthreads = std::max<int64_t>(1, at::get_num_threads());
-  if (nthreads == 1 || T * Kp * x.size(0) < kSerialWork) {
-    run(act, w, o, 0, T);
-    return out;
+  parallel_chunks(T, T * Kp * x.size(0), [&](int64_t t0, int64_t t1) { run(act, w, o, t0, t1); });
+  return out;
+}
+
+bool has_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bf16");
+}
+
+// out [M, N] = x [M, K] @ w^T (+ bias), bf16 x and w (w row-major [N, K], e.g. an embedding
+// shared with the LM head), at most kMaxBf16Rows rows; see bf16_gemm_avx512.cpp.
+at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+  static const bool ok = has_bf16();
+  TORCH_CHECK(ok, "bf16_linear: this CPU lacks AVX-512 BF16");
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "bf16_linear: CPU tensors only");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bf16_linear: bf16 only");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "bf16_linear: x [M, K], w [N, K]");
+  TORCH_CHECK(x.stride(1) == 1 && w.stride(1) == 1, "bf16_linear: rows must be contiguous");
+  TORCH_CHECK(x.size(0) <= kMaxBf16Rows, "bf16_linear: at most ", kMaxBf16Rows, " rows");
+  const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
+  at::Tensor out = at::empty({M, N}, x.options());
+  if (M == 0) return out;
+  at::Tensor b32;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->numel() == N, "bf16_linear: bias must have N elements");
+    b32 = bias->to(at::kFloat).contiguous();
   }
-  // Threads take chunks of tiles from a shared counter: a thread slowed down by a busy core
-  // simply takes fewer chunks, and each chunk is one sequential stream of packed weights.
-  const int64_t chunk = std::max<int64_t>(1, T / (nthreads * 8));
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, nthreads, 1, [&](int64_t, int64_t) {
-    for (int64_t t0 = next.fetch_add(chunk); t0 < T; t0 = next.fetch_add(chunk)) {
-      run(act, w, o, t0, std::min(T, t0 + chunk));
-    }
+  const Bf16Gemm g{reinterpret_cast<const uint16_t*>(x.data_ptr()), x.stride(0),
+                   reinterpret_cast<const uint16_t*>(w.data_ptr()), w.stride(0),
+                   b32.defined() ? b32.data_ptr<float>() : nullptr,
+                   reinterpret_cast<uint16_t*>(out.data_ptr()), N, M, N, K};
+  const int64_t C = bf16_block_channels(M), blocks = (N + C - 1) / C;
+  parallel_chunks(blocks, blocks * C * K * M / 16, [&](int64_t b0, int64_t b1) {
+    bf16_cols_avx512(g, b0 * C, std::min(N, b1 * C));
   });
   return out;
 }
@@ -140,4 +181,6 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_linear", &swiftspec::quant_linear, "quantized linear (int8/int4 weights)");
   m.def("detect_isa", &swiftspec::detect_isa, "0: none, 1: AVX2, 2: AVX-512 VNNI");
+  m.def("bf16_linear", &swiftspec::bf16_linear, "bf16 linear at small M (AVX-512 BF16)");
+  m.def("has_bf16", &swiftspec::has_bf16, "AVX-512 BF16 is available");
 }
