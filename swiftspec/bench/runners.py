@@ -17,6 +17,7 @@ import torch
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, model_args, our_weight_bytes
 from swiftspec.config import EngineConfig
+from swiftspec.runtime import default_draft_weights
 
 
 @dataclass(slots=True)
@@ -37,14 +38,14 @@ class Lineup:
 
 
 def mode_config(base: EngineConfig, spec: ModeSpec, draft_weights: str | None) -> EngineConfig:
-    """The EngineConfig of one of our modes: `tree@int4` sets the target's (and by default the
-    draft's) weight format."""
-    weights = spec.weights or base.target_load.weights
+    """The EngineConfig of one of our modes: `tree@int4` sets the target's weight format, and the
+    draft's unless --draft-weights is given (default_draft_weights)."""
+    target_load = dataclasses.replace(base.target_load, weights=spec.weights or base.target_load.weights)
     return dataclasses.replace(
         base,
         mode=spec.variant,
-        target_load=dataclasses.replace(base.target_load, weights=weights),
-        draft_load=dataclasses.replace(base.draft_load, weights=draft_weights or weights),
+        target_load=target_load,
+        draft_load=dataclasses.replace(base.draft_load, weights=draft_weights or default_draft_weights(target_load)),
     )
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
-import math
 import os
 import socket
 import sys
@@ -25,15 +23,13 @@ import torch.multiprocessing as mp
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.errors import UserError
 from swiftspec.parallel.groups import Groups, Layout, init_groups, pin, pinned, plan_cores
-from swiftspec.runtime.base import GenerationStats, RequestState
+from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, choose_depth
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
 from swiftspec.runtime.target import TreeVerifier
 from swiftspec.tree import mask_from_parents
 from swiftspec.runtime.trace import CODE, Timeline, summarize, write_json
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
-log = logging.getLogger("swiftspec")
-WARMUP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 INIT_TIMEOUT_S = 600.0  # loading a model on a busy machine can take minutes
 
 
@@ -194,12 +190,7 @@ class AsyncEngine:
         t_target = (spans["target"]["spans_s"].get("forward", 0.0)) / max(1, self.stats.rounds)
         expands = max(1, self.stats.rounds + 1)
         t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / expands
-        d0 = max(1, math.floor(t_target / max(t_draft, 1e-6)))
-        speed = {d: self._warmup(prompt, d) for d in (d0, d0 + 1)}
-        best = max(speed, key=speed.get)
-        log.warning("async: t_target %.1f ms, t_draft %.1f ms; d=%d: %.1f tok/s, d=%d: %.1f tok/s; using d=%d",
-                    1e3 * t_target, 1e3 * t_draft, d0, speed[d0], d0 + 1, speed[d0 + 1], best)
-        return best
+        return choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d), "async")
 
     def _warmup(self, prompt: list[int], depth: int) -> float:
         for _ in self.generate(prompt, SamplingParams(), 24, depth=depth):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
@@ -11,6 +13,21 @@ from swiftspec.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from swiftspec.tokenizer import Tokenizer
+
+log = logging.getLogger("swiftspec")
+WARMUP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+MAX_PROFILED_DEPTH = 8  # deeper trees outgrow what the draft can keep accurate
+
+
+def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], float], label: str) -> int:
+    """d by profiling (the paper's rule): d0 = floor(t_target / t_draft), then keep whichever of
+    d0 and d0 + 1 decodes faster in a short warm-up (speed_at(d) -> tok/s).  Logs the choice."""
+    d0 = min(MAX_PROFILED_DEPTH - 1, max(1, math.floor(t_target / max(t_draft, 1e-6))))
+    speed = {d: speed_at(d) for d in (d0, d0 + 1)}
+    best = max(speed, key=speed.get)
+    log.warning("%s: t_target %.1f ms, t_draft %.1f ms; d=%d: %.1f tok/s, d=%d: %.1f tok/s; using d=%d",
+                label, 1e3 * t_target, 1e3 * t_draft, d0, speed[d0], d0 + 1, speed[d0 + 1], best)
+    return best
 
 
 @dataclass(slots=True)

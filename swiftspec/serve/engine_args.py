@@ -8,6 +8,7 @@ import dataclasses
 import torch
 
 from swiftspec.config import MODES, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.runtime import default_draft_weights
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",
@@ -34,7 +35,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
     parser.add_argument("--weights", choices=("bf16", "int8", "int4"), default="bf16", help="target weight format")
     parser.add_argument("--draft-weights", choices=("bf16", "int8", "int4"), default=None,
-                        help="draft weight format (default: same as --weights)")
+                        help="draft weight format (default: int8 for a bf16 target on CPU, else --weights)")
     parser.add_argument("--max-seq-len", type=int, default=LoadConfig().max_seq_len, help="KV cache length")
     parser.add_argument("--draft-vocab", type=int, default=defaults.draft_vocab,
                         help="pruned draft LM head size (0 = full vocabulary)")
@@ -51,7 +52,7 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
     """Build the frozen EngineConfig from parsed flags (raises ConfigError on bad values)."""
     device = args.device or default_device()
     target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=args.weights)
-    draft_load = dataclasses.replace(target_load, weights=args.draft_weights or args.weights)
+    draft_load = dataclasses.replace(target_load, weights=args.draft_weights or default_draft_weights(target_load))
     tree = TreeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TreeConfig)})
     return EngineConfig(
         mode=mode or args.mode,
