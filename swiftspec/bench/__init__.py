@@ -111,23 +111,32 @@ def build_report(
     base: EngineConfig,
     args: argparse.Namespace,
 ) -> dict:
-    """report.json's content; runs our target once per divergent mode to classify ties."""
+    """report.json's content.  Greedy tokens of each of our modes are compared with our `ar` of
+    the same weight format (`tree@int4` with `ar@int4`; the first `ar` mode when there is none);
+    our target runs once per divergent mode to classify ties."""
     ran = [s for s in specs if s.name in results]
-    ar = next((s for s in ran if s.kind == "ours" and s.variant == "ar"), None)
-    comparable = ar is not None and args.temperature == 0
-    probe = TieProbe(base.target, mode_config(base, ar, args.draft_weights).target_load) if comparable else None
+    ars = [s for s in ran if s.kind == "ours" and s.variant == "ar"]
+    comparable = bool(ars) and args.temperature == 0
+    probes: dict[str, TieProbe] = {}
+
+    def divergences(spec: ModeSpec) -> list:
+        ref = next((a for a in ars if a.weights == spec.weights), ars[0])
+        if ref.name not in probes:
+            probes[ref.name] = TieProbe(base.target, mode_config(base, ref, args.draft_weights).target_load)
+        return compare_to_ar([r.tokens for r in results[ref.name]], [r.tokens for r in results[spec.name]],
+                             prompts, probes[ref.name])
+
     modes = {}
     try:
         for spec in ran:
-            tokens = [r.tokens for r in results[spec.name]]
-            divs = compare_to_ar([r.tokens for r in results[ar.name]], tokens, prompts, probe) if comparable else []
+            divs = divergences(spec) if comparable else []
             inputs = ModeInputs(spec=spec, results=results[spec.name], backend=lineup.backends[spec.name],
                                 weights=lineup.weight_bytes[spec.name],
                                 draft_forwards_estimate=lineup.draft_forwards.get(spec.name, 0.0),
                                 matches_ar=not divs if comparable else None, divergences=divs)
             modes[spec.name] = mode_entry(inputs, [len(p) for p in prompts], bandwidth)
     finally:
-        if probe is not None:
+        for probe in probes.values():
             probe.close()
     add_speedups(modes)
     return {

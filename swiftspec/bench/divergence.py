@@ -58,10 +58,11 @@ class TieProbe:
     def top2(self, ids: list[int]) -> torch.Tensor:
         """The two largest next-token logits after `ids`, float32 [2], largest first."""
         if self._runner is None:
+            from swiftspec.runtime import load_target
             from swiftspec.runtime.runner import ModelRunner
-            from swiftspec.weights import load_model
 
-            self._runner = ModelRunner(load_model(self.source, self.load).model, self.load.max_seq_len, max_nodes=1)
+            model = load_target(self.source, self.load).model  # in the mode's weight format
+            self._runner = ModelRunner(model, self.load.max_seq_len, max_nodes=1)
         self._runner.kv.reset()
         logits = self._runner.prefill(ids)[0].float()  # [V]
         return logits.topk(2).values

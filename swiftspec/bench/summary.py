@@ -32,7 +32,7 @@ DEFINITIONS = {
     "tpot_s": "mean time per output token after the first arrival",
     "acceptance_length": "tokens emitted per target forward, pooled over all rounds (1.0 for autoregressive)",
     "speedup": "mean tokens_per_s of the mode / mean tokens_per_s of the baseline",
-    "matches_ar": "greedy tokens identical to our ar mode on every prompt (null: not greedy or no ar mode)",
+    "matches_ar": "greedy tokens identical to our ar mode of the same weight format (else the first ar mode) on every prompt (null: not greedy or no ar mode)",
     "divergences": "first divergence from ar on every prompt where the tokens differ",
     "tie": "top-2 logit gap of our target at the divergence <= eps(dtype) * max(|l1|, |l2|)",
     "roofline": "bound = bandwidth / ((target_bytes + draft_bytes * draft_forwards_per_round) / acceptance_length); "

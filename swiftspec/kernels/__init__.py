@@ -1,7 +1,8 @@
-"""The one kernel dispatch point: `linear` picks F.linear, the C++ quantized CPU kernel or its
-torch reference; `tree_attention`, `swiglu` and `swiglu_act` pick Triton on CUDA tensors when
-Triton is importable (`use_triton`) and their torch references otherwise. The quantized-weight
-formats and model conversion are re-exported here."""
+"""The one kernel dispatch point: `linear` picks F.linear, the C++ bf16/quantized CPU kernels or
+their torch reference; `attention` the C++ layout-invariant CPU attention or SDPA;
+`tree_attention`, `swiglu` and `swiglu_act` pick Triton on CUDA tensors when Triton is importable
+(`use_triton`) and their torch references otherwise.  The quantized-weight formats and model
+conversion are re-exported here."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from swiftspec.kernels.swiglu import (
 from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
-    "QuantWeight", "dequantize", "linear", "prepare_model_", "prepare_weight", "quant_linear_a8_ref", "quant_linear_ref",
+    "QuantWeight", "attention", "dequantize", "linear", "prepare_model_", "prepare_weight", "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
     "grouped_attention", "swiglu", "swiglu_act", "swiglu_act_ref", "swiglu_ref", "tree_attention",
     "tree_attention_ref", "use_triton",
@@ -57,6 +58,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
         if cpu_ext.load() is not None:
             return cpu_ext.quant_linear(x, weight, bias)
     return quant_linear_ref(x, weight, bias)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch.Tensor) -> torch.Tensor:
+    """Masked GQA of rotated q [T, H, D] over k, v [S, Hkv, D] (row_mask [group * T, S] bool, the
+    [T, S] mask repeated per group member) -> [T, H, D].
+
+    On CPU, calls of at most cpu_ext.MAX_BF16_ROWS rows (decode, verification, draft expansion) run
+    the AVX-512 kernel whose result depends only on the ordered set of attended slots, so a tree
+    node computes the bits its token gets when decoded alone; longer calls (prefill) and other
+    devices use grouped_attention (SDPA)."""
+    tokens, head_dim = q.shape[0], q.shape[-1]
+    if (q.device.type == "cpu" and tokens <= cpu_ext.MAX_BF16_ROWS and head_dim % 16 == 0
+            and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.has_attention()):
+        return cpu_ext.masked_attention(q, k, v, row_mask[:tokens])
+    return grouped_attention(q, k, v, row_mask)
 
 
 def use_triton(x: torch.Tensor) -> bool:

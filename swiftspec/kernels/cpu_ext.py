@@ -20,8 +20,9 @@ import torch
 from swiftspec.kernels.quant import QuantWeight
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp")
-MAX_BF16_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp: more rows go to oneDNN
+_SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp",
+            "attention_avx512.cpp")
+MAX_BF16_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp: more rows (prefill) go to oneDNN / SDPA
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
 _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
@@ -115,3 +116,20 @@ def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
         x2 = x2.contiguous()
     y = ext.bf16_linear(x2, w, bias)
     return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])
+
+
+def has_attention() -> bool:
+    """True if the extension is built and this CPU runs its AVX-512 masked attention."""
+    if "attention" not in _state:
+        ext = load()
+        _state["attention"] = ext is not None and ext.detect_isa() == 2
+    return bool(_state["attention"])
+
+
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """q [T, H, D] (rotated) over slots [0, S) of k, v [S_max, Hkv, D] with mask [T, S] bool ->
+    [T, H, D], scale 1/sqrt(D).  The result depends only on the ordered set of attended slots."""
+    ext = _state.get("ext") or load()
+    if ext is None:
+        raise RuntimeError("swiftspec CPU kernels are unavailable")
+    return ext.masked_attention(q, k, v, mask if mask.stride(-1) == 1 else mask.contiguous(), q.shape[-1] ** -0.5)

@@ -13,7 +13,6 @@ from torch import nn
 
 from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
-from swiftspec.kernels import grouped_attention
 from swiftspec.model.args import ModelArgs
 from swiftspec.model.layers import RopeAngles, apply_rope
 from swiftspec.parallel.linear import QKVParallelLinear, RowParallelLinear
@@ -70,7 +69,7 @@ class Attention(nn.Module):
         v = qkv[:, heads + kv_heads :]  # [T, kv_heads, D]
         cache.write(self.layer_idx, inputs.slots, k, v)
         kv = cache.view(self.layer_idx, inputs.row_mask.shape[1])  # [S, kv_heads, D] each
-        out = grouped_attention(q, kv.k, kv.v, inputs.row_mask)  # [T, heads, D]
+        out = kernels.attention(q, kv.k, kv.v, inputs.row_mask)  # [T, heads, D]
         return self.o_proj(out.reshape(num_tokens, heads * self.head_dim))
 
     def _fused_attention(self, qkv: torch.Tensor, inputs: AttentionInputs, cache: KVCache) -> torch.Tensor:

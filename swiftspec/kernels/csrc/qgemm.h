@@ -83,6 +83,26 @@ struct Bf16Gemm {
   int64_t K;
 };
 int bf16_block_channels(int64_t M);
+
+// Masked attention (attention_avx512.cpp): q [T, H, D] (rotated), k, v [S_max, Hkv, D] (cache
+// layer), mask [T, S] bool -> out [T, H, D] contiguous; all bf16 or all fp32; D % 16 == 0 and
+// D <= kMaxHeadDim.  attention_items_avx512 runs work items [w0, w1) of T * Hkv (row t, KV head
+// g = w % Hkv) with caller scratch idx (S int32) and scores (S floats).
+constexpr int64_t kMaxHeadDim = 256;
+struct AttnArgs {
+  const void* q;
+  int64_t q_ld_t, q_ld_h;  // element strides of q over tokens and heads
+  const void* k;
+  const void* v;
+  int64_t kv_ld_s, kv_ld_h;  // element strides of k and v over slots and heads (same for both)
+  const bool* mask;
+  int64_t mask_ld;
+  void* out;
+  int64_t T, H, Hkv, D, S;
+  bool bf16;
+  float scale;
+};
+void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
 void bf16_cols_avx512(const Bf16Gemm& g, int64_t n0, int64_t n1);
 
 }  // namespace swiftspec

@@ -1,5 +1,6 @@
-// Torch glue for the quantized linear kernels: argument checks, ISA dispatch, activation
-// quantization and the thread split over output tiles.  The kernels live in qgemm_*.cpp.
+// Torch glue for the CPU kernels: argument checks, ISA dispatch, activation quantization and the
+// thread splits.  The kernels live in qgemm_*.cpp (int8/int4 linear), bf16_gemm_avx512.cpp (bf16
+// linear) and attention_avx512.cpp (layout-invariant masked attention).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -176,6 +177,32 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
   return out;
 }
 
+// out [T, H, D] = softmax(q k^T * scale, masked) v over slots [0, S) of a cache layer; see
+// attention_avx512.cpp for the numerics.  Rows of T run in parallel per KV head.
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double scale) {
+  TORCH_CHECK(detect_isa() == 2, "masked_attention: needs AVX-512");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && mask.dim() == 2, "masked_attention: bad ranks");
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k.size(1), S = mask.size(1);
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type() &&
+              (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat), "masked_attention: bf16 or fp32");
+  TORCH_CHECK(D % 16 == 0 && D <= kMaxHeadDim && k.size(2) == D && v.sizes() == k.sizes() && H % Hkv == 0,
+              "masked_attention: shapes");
+  TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.strides() == k.strides(), "masked_attention: strides");
+  TORCH_CHECK(mask.scalar_type() == at::kBool && mask.size(0) == T && mask.stride(1) == 1 && S <= k.size(0),
+              "masked_attention: mask must be [T, S] bool with S <= cache length");
+  at::Tensor out = at::empty({T, H, D}, q.options());
+  const AttnArgs a{q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1),
+                   mask.data_ptr<bool>(), mask.stride(0), out.data_ptr(), T, H, Hkv, D, S,
+                   q.scalar_type() == at::kBFloat16, static_cast<float>(scale)};
+  at::parallel_for(0, T * Hkv, 1, [&](int64_t w0, int64_t w1) {
+    thread_local std::vector<int32_t> idx;
+    thread_local std::vector<float> scores;
+    attention_items_avx512(a, w0, w1, sized(idx, S), sized(scores, S));
+  });
+  return out;
+}
+
 }  // namespace swiftspec
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -183,4 +210,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("detect_isa", &swiftspec::detect_isa, "0: none, 1: AVX2, 2: AVX-512 VNNI");
   m.def("bf16_linear", &swiftspec::bf16_linear, "bf16 linear at small M (AVX-512 BF16)");
   m.def("has_bf16", &swiftspec::has_bf16, "AVX-512 BF16 is available");
+  m.def("masked_attention", &swiftspec::masked_attention, "layout-invariant masked attention (AVX-512)");
 }

@@ -1,0 +1,114 @@
+// AVX-512 masked attention for a few query rows (decode, tree verification, draft expansion).
+//
+// Layout-invariant numerics: a query row first lists the slots its mask lets it read, in slot
+// order, and then runs every reduction over that compact list (scores, max, sum of exp, weighted
+// sum of V) in a fixed order.  The result therefore depends only on the ordered set of attended
+// keys, not on where they sit in the cache nor on masked slots between them: a tree node whose
+// siblings are interleaved with its ancestors gets the same bits as the same token decoded alone
+// after a contiguous prefix.  With the batch-invariant linears this makes greedy tree
+// verification pick exactly the tokens autoregressive decoding picks.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "qgemm.h"
+
+namespace swiftspec {
+namespace {
+
+constexpr int kMaxChunks = kMaxHeadDim / 16;
+
+inline __m512 load16(const void* p, bool bf16, int64_t i) {
+  if (bf16) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+}
+
+inline void store16(void* p, bool bf16, int64_t i, __m512 y) {
+  if (!bf16) {
+    _mm512_storeu_ps(static_cast<float*>(p) + i, y);
+    return;
+  }
+  __m512i u = _mm512_castps_si512(y);  // round to nearest even
+  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)),
+                                           _mm512_set1_epi32(0x7FFF)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i),
+                      _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+}
+
+// exp(x) for x <= 0: 2^n * P(r), x = n ln2 + r, |r| <= ln2 / 2, P of degree 6 (rel. error ~2e-7).
+inline __m512 exp_neg(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// One query head over the n compact slots idx[0, n): writes out[0, D).  s: n floats of scratch.
+void attend(const AttnArgs& a, const void* q, int64_t g, const int32_t* idx, int64_t n, float* s, void* out) {
+  const int chunks = static_cast<int>(a.D / 16);
+  __m512 qv[kMaxChunks];
+  for (int c = 0; c < chunks; ++c) qv[c] = load16(q, a.bf16, c * 16);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
+    __m512 acc = _mm512_setzero_ps();
+    for (int c = 0; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[c], load16(a.k, a.bf16, off + c * 16), acc);
+    s[j] = _mm512_reduce_add_ps(acc) * a.scale;
+  }
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, s + j));
+  }
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), mx)));
+    _mm512_mask_storeu_ps(s + j, m, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  __m512 acc[kMaxChunks];
+  for (int c = 0; c < chunks; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
+    const __m512 p = _mm512_set1_ps(s[j]);
+    for (int c = 0; c < chunks; ++c) acc[c] = _mm512_fmadd_ps(p, load16(a.v, a.bf16, off + c * 16), acc[c]);
+  }
+  const float sum = _mm512_reduce_add_ps(vsum);
+  const __m512 inv = _mm512_set1_ps(n > 0 ? 1.f / sum : 0.f);
+  for (int c = 0; c < chunks; ++c) store16(out, a.bf16, c * 16, _mm512_mul_ps(acc[c], inv));
+}
+
+}  // namespace
+
+void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores) {
+  const int64_t group = a.H / a.Hkv, esz = a.bf16 ? 2 : 4;
+  for (int64_t w = w0; w < w1; ++w) {  // work item w = (row t, KV head g)
+    const int64_t t = w / a.Hkv, g = w % a.Hkv;
+    const bool* mrow = a.mask + t * a.mask_ld;
+    int64_t n = 0;
+    for (int64_t s = 0; s < a.S; ++s) {
+      if (mrow[s]) idx[n++] = static_cast<int32_t>(s);
+    }
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const char* q = static_cast<const char*>(a.q) + (t * a.q_ld_t + h * a.q_ld_h) * esz;
+      char* out = static_cast<char*>(a.out) + (t * a.H + h) * a.D * esz;
+      attend(a, q, g, idx, n, scores, out);
+    }
+  }
+}
+
+}  // namespace swiftspec
