@@ -1,11 +1,12 @@
-"""Microbenchmark of swiftspec's packed int8/int4 CPU linear kernels (issue 8).
+"""Microbenchmark of swiftspec's packed int8/int4 and small-M bf16 CPU linear kernels (issue 8).
 
 At the default models' linear shapes and M = 1, 8, 16 rows it times torch bf16 F.linear, torch's
 weight-only kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) and swiftspec.kernels.linear
-on int8 and int4 weights.  Every implementation cycles through enough copies of its weight to
-defeat the L3 cache (decode streams the whole model from DRAM), the rounds interleave the
-implementations so that noise from other processes hits them alike, and the tables report the
-minimum over rounds and sweeps (the least-disturbed run).
+on int8 and int4 weights and on wrapped bf16 weights ("bf16 ours", the AVX-512 BF16 kernel).
+Every implementation cycles through enough copies of its weight to defeat the L3 cache (decode
+streams the whole model from DRAM), the rounds interleave the implementations so that noise from
+other processes hits them alike, and the tables report the minimum over rounds and sweeps (the
+least-disturbed run).
 
 Run: .venv/bin/python bench/kernels.py [--threads 2] [--rounds 10] [--sweeps 2] [--models 1.5B,0.5B]
      [--no-lm-head]  (about 3 minutes with the LM heads on a 2-core host)
@@ -27,7 +28,7 @@ from swiftspec.kernels import cpu_ext
 
 ROTATE_BYTES = 160 << 20  # weight bytes each implementation cycles through (> 32 MiB L3 x 4)
 MAX_COPIES = 8
-IMPLS = ("bf16", "torch-int8", "torch-int4", "int8", "int4")
+IMPLS = ("bf16", "torch-int8", "torch-int4", "int8", "int4", "bf16-ours")
 # name -> (layers, [(layer, N, K, uses per decoder layer)]); uses 0 = once per forward (LM head)
 MODELS = {
     "1.5B": (28, [("q|o", 1536, 1536, 2), ("k|v", 256, 1536, 2), ("gate|up", 8960, 1536, 2),
@@ -78,6 +79,9 @@ def make_impls(n: int, k: int, group: int) -> dict[str, Impl]:
         "int8": Impl(kernels.linear, _copies(lambda: _clone(q8), q8.nbytes)),
         "int4": Impl(kernels.linear, _copies(lambda: _clone(q4), q4.nbytes)),
     }
+    if cpu_ext.has_bf16():  # the small-M bf16 kernel (M <= 16) on the same weights
+        impls["bf16-ours"] = Impl(kernels.linear, _copies(lambda: kernels.quantize_weight(w.clone(), "bf16"),
+                                                          w.numel() * 2))
     return impls
 
 
@@ -110,21 +114,22 @@ def _ms(t: float) -> str:
 
 
 def print_shape_table(results: dict, ms: list[int]) -> None:
-    print("| model | layer | N x K | M | bf16 | torch int8 | torch int4 | int8 | int4 | int8/bf16 | int4/bf16 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | layer | N x K | M | bf16 | torch int8 | torch int4 | int8 | int4 | bf16 ours | int8/bf16 | int4/bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (model, layer, n, k), best in results.items():
         for m in ms:
-            row = [best[name, m] for name in IMPLS]
+            row = [best.get((name, m), math.nan) for name in IMPLS]
             ratios = f"{row[3] / row[0]:.2f} | {row[4] / row[0]:.2f}"
             print(f"| {model} | {layer} | {n}x{k} | {m} | " + " | ".join(_ms(t) for t in row) + f" | {ratios} |")
 
 
 def print_scaling_table(results: dict, ms: list[int]) -> None:
     """How our time grows with M (target: M=16 <= 1.3x M=1)."""
-    print("\n| model | layer | int8 M=8/M=1 | int8 M=16/M=1 | int4 M=8/M=1 | int4 M=16/M=1 |")
-    print("|---|---|---|---|---|---|")
+    print("\n| model | layer | int8 M=8/M=1 | int8 M=16/M=1 | int4 M=8/M=1 | int4 M=16/M=1 | bf16 ours M=8/M=1 | bf16 ours M=16/M=1 |")
+    print("|---|---|---|---|---|---|---|---|")
     for (model, layer, _, _), best in results.items():
-        cells = [f"{best[f, m] / best[f, ms[0]]:.2f}" for f in ("int8", "int4") for m in ms[1:]]
+        cells = [f"{best.get((f, m), math.nan) / best.get((f, ms[0]), math.nan):.2f}"
+                 for f in ("int8", "int4", "bf16-ours") for m in ms[1:]]
         print(f"| {model} | {layer} | " + " | ".join(cells) + " |")
 
 
@@ -141,7 +146,7 @@ def print_step_table(results: dict, ms: list[int], models: list[str]) -> None:
                 if key not in results:
                     continue
                 for name in IMPLS:
-                    tot[name] += results[key][name, m] * (uses * layers if uses else 1)
+                    tot[name] += results[key].get((name, m), math.nan) * (uses * layers if uses else 1)
             ratios = f"{tot['int8'] / tot['bf16']:.2f} | {tot['int4'] / tot['bf16']:.2f}"
             print(f"| {model} | {m} | " + " | ".join(_ms(tot[n]) for n in IMPLS) + f" | {ratios} |")
 

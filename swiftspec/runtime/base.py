@@ -19,6 +19,14 @@ WARMUP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\
 MAX_PROFILED_DEPTH = 8  # deeper trees outgrow what the draft can keep accurate
 
 
+def serial_depth(t_verify: float, t_expand: float) -> int:
+    """d for the serial tree when --depth is 0: two expansions plus as many as fit in half a
+    verification.  The paper's floor(t_target / t_draft) (choose_depth) assumes drafting overlaps
+    verification; serially every expansion adds to the round.  Fitted on the default pair, 2 CPU
+    cores, where d = 5 is best for a bf16 target (t_verify / t_expand ~ 6.5) and d = 3 for int4 (~2.5)."""
+    return min(MAX_PROFILED_DEPTH, 2 + round(t_verify / (2 * max(t_expand, 1e-6))))
+
+
 def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], float], label: str) -> int:
     """d by profiling (the paper's rule): d0 = floor(t_target / t_draft), then keep whichever of
     d0 and d0 + 1 decodes faster in a short warm-up (speed_at(d) -> tok/s).  Logs the choice."""

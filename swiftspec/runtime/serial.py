@@ -9,16 +9,11 @@ import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.draft import TreeDrafter
-from swiftspec.runtime.base import GenerationStats, RequestState
+from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, log, serial_depth
 from swiftspec.runtime.target import TreeVerifier
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
-# d when --depth is 0.  Measured on the default pair, 2 CPU cores, 3 HumanEval prompts: bf16
-# target and draft d=3: 9.7, d=5: 10.7 tok/s; bf16 target + int8 draft d=5: 16.7, d=7: 12.8;
-# int4 target and draft (10 prompts): d=3: 28, d=4: 24.
-# (The paper's floor(t_target / t_draft) rule is for the async engine, where drafting overlaps
-# verification; serially it picks d=7 here.)
-SERIAL_DEPTH = 5
+PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
 
 
 class SerialEngine:
@@ -31,7 +26,22 @@ class SerialEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.stats = GenerationStats()
-        self.depth = cfg.depth or SERIAL_DEPTH
+        self.depth = cfg.depth or self._profile_depth()
+
+    def _profile_depth(self) -> int:
+        """Time a short warm-up at d = PROFILE_DEPTH (the second of two: the first pays one-time
+        costs), then serial_depth (logged)."""
+        self.depth = PROFILE_DEPTH
+        prompt = self.tokenizer.encode(WARMUP_PROMPT)
+        for _ in range(2):
+            for _ in self.generate(prompt, SamplingParams(), 16):
+                pass
+        rounds = max(1, self.stats.rounds)
+        t_verify, t_expand = self.stats.verify_s / rounds, self.stats.draft_s / (PROFILE_DEPTH * rounds)
+        depth = serial_depth(t_verify, t_expand)
+        log.warning("tree: t_target %.1f ms, t_draft %.1f ms per expansion; using d=%d",
+                    1e3 * t_verify, 1e3 * t_expand, depth)
+        return depth
 
     def generate(
         self,

@@ -1,0 +1,40 @@
+"""How d is chosen when --depth is 0: the serial rule, the paper's async rule, and the start-up
+profile of the serial engine."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from swiftspec.config import TreeConfig
+from swiftspec.draft import TreeDrafter
+from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
+from swiftspec.runtime.serial import SerialEngine
+
+
+def test_serial_rule_matches_the_measured_best_depths() -> None:
+    assert serial_depth(0.175, 0.027) == 5  # bf16 target, int8 draft, 2 cores
+    assert serial_depth(0.056, 0.022) == 3  # int4 target and draft
+    assert serial_depth(1.0, 0.001) == MAX_PROFILED_DEPTH
+    assert serial_depth(0.01, 1.0) == 2
+
+
+def test_async_rule_tries_d0_and_one_more(caplog: pytest.LogCaptureFixture) -> None:
+    tried = []
+
+    def speed(d: int) -> float:
+        tried.append(d)
+        return {3: 10.0, 4: 12.0}[d]
+
+    with caplog.at_level(logging.WARNING, logger="swiftspec"):
+        assert choose_depth(0.35, 0.1, speed, "async") == 4
+    assert tried == [3, 4] and "using d=4" in caplog.text
+
+
+def test_serial_engine_profiles_its_depth(tiny_target, tiny_draft, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = TreeConfig(depth=0)
+    with caplog.at_level(logging.WARNING, logger="swiftspec"):
+        engine = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256)
+    assert 2 <= engine.depth <= MAX_PROFILED_DEPTH
+    assert f"using d={engine.depth}" in caplog.text
