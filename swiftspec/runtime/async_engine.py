@@ -51,6 +51,8 @@ class AsyncEngine:
         self.groups = init_groups(self.layout, 0, _backend(config), init_method, INIT_TIMEOUT_S)
         target = _load_for_rank(config.target, config.target_load, self.groups)
         self.cores = plan_cores(self.layout, 0, config.draft_cores)  # pinned only inside generate()
+        # The draft idles while the target prefills: a lone target leader may use every core then.
+        self.prefill_cores = sorted(os.sched_getaffinity(0)) if self.layout.target_tp == 1 else self.cores
         self.tokenizer = target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
         self.verifier = TreeVerifier(target.model, self.max_seq_len, self.verify_size)
@@ -119,7 +121,8 @@ class AsyncEngine:
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
-        first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
+        with pinned(self.prefill_cores) if self.verifier.runner.device.type == "cpu" else contextlib.nullcontext():
+            first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params))
         self._tree_in_flight, stop_sent = True, False
         try:
@@ -259,7 +262,9 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str
     from swiftspec.runtime.async_worker import GroupIO, draft_loop, target_follower_loop
 
     groups = init_groups(layout, rank, _backend(config), init_method, INIT_TIMEOUT_S)
-    if not config.target_load.device.startswith("cuda"):
+    on_cpu = not config.target_load.device.startswith("cuda")
+    all_cores = sorted(os.sched_getaffinity(0))
+    if on_cpu:
         pin(plan_cores(layout, rank, config.draft_cores))
     group = GroupBroadcast(groups.parallel.group, groups.leader) if groups.parallel.tp_size > 1 else None
     link = DistTransport(groups.peer_leader) if groups.is_leader else None
@@ -268,7 +273,8 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str
         draft = _load_for_rank(config.draft, config.draft_load, groups)
         drafter = build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
                                 config.draft_load.weights)
-        draft_loop(drafter, io, config.tree.verify_size)
+        # The target waits while a lone draft rank prefills the prompt: it may use every core then.
+        draft_loop(drafter, io, config.tree.verify_size, all_cores if on_cpu and layout.draft_tp == 1 else None)
     else:
         target = _load_for_rank(config.target, config.target_load, groups)
         target_follower_loop(TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size), io)

@@ -3,7 +3,10 @@ target group's tensor-parallel followers. Each loop serves requests until `Shutd
 
 from __future__ import annotations
 
+import contextlib
+
 from swiftspec.draft import TreeDrafter
+from swiftspec.parallel.groups import pinned
 from swiftspec.runtime.protocol import DraftTree, Message, Profile, Shutdown, Start, Transport, Verified
 from swiftspec.runtime.target import TreeVerifier
 from swiftspec.tree import mask_from_parents
@@ -36,22 +39,25 @@ class GroupIO:
         return self.group is None and self.link.ready()
 
 
-def draft_loop(drafter: TreeDrafter, io: GroupIO, verify_size: int) -> None:
-    """Draft group: for each request, keep growing the tree while the target verifies."""
+def draft_loop(drafter: TreeDrafter, io: GroupIO, verify_size: int, prefill_cores: list[int] | None = None) -> None:
+    """Draft group: for each request, keep growing the tree while the target verifies.
+    prefill_cores: CPU cores for the prompt prefill and first expansion, when the target is idle."""
     while True:
         msg = io.recv()
         if isinstance(msg, Shutdown):
             return
         if isinstance(msg, Start):
-            _draft_request(drafter, io, msg, verify_size)
+            _draft_request(drafter, io, msg, verify_size, prefill_cores)
 
 
-def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, bs: int) -> None:
+def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, bs: int, prefill_cores: list[int] | None) -> None:
     """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send."""
     timeline = Timeline()
-    drafter.start(start.prompt.tolist(), start.first_token, start.params)
-    with timeline.span("expand"):
-        drafter.expand()  # the first tree: the root's children
+    with pinned(prefill_cores) if prefill_cores else contextlib.nullcontext():
+        with timeline.span("prefill"):
+            drafter.start(start.prompt.tolist(), start.first_token, start.params)
+        with timeline.span("expand"):
+            drafter.expand()  # the first tree: the root's children
     _send_tree(drafter, io, bs, timeline)
     while True:
         with timeline.span("expand"):

@@ -11,7 +11,7 @@ import torch
 
 # Span names; a span is busy time unless its name starts with "wait".
 SPANS = ("expand", "wait_verified", "reroot", "topup", "select", "send_tree",
-         "wait_tree", "forward", "verify", "send_verified")
+         "wait_tree", "forward", "verify", "send_verified", "prefill")
 CODE = {name: i for i, name in enumerate(SPANS)}
 
 
