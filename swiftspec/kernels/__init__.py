@@ -10,7 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from swiftspec.kernels import cpu_ext, triton_support
-from swiftspec.kernels.convert import prepare_model_, prepare_weight, quantize_linear_, quantize_model_, quantize_weight
+from swiftspec.kernels.convert import (
+    prepare_model_,
+    prepare_weight,
+    quantize_linear_,
+    quantize_model_,
+    quantize_weight,
+)
 from swiftspec.kernels.quant import (
     QuantWeight,
     dequantize,
@@ -29,7 +35,8 @@ from swiftspec.kernels.swiglu import (
 from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
-    "QuantWeight", "attention", "dequantize", "linear", "prepare_model_", "prepare_weight", "quant_linear_a8_ref", "quant_linear_ref",
+    "QuantWeight", "attention", "dequantize", "linear", "prepare_model_", "prepare_weight",
+    "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
     "grouped_attention", "swiglu", "swiglu_act", "swiglu_act_ref", "swiglu_ref", "tree_attention",
     "tree_attention_ref", "use_triton",
@@ -42,7 +49,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
     """y [..., N] = x [..., K] @ weight^T (+ bias [N]).
 
     Plain tensors go to F.linear.  A wrapped bf16 weight runs the AVX-512 BF16 kernel for a bf16
-    CPU x of at most cpu_ext.MAX_BF16_ROWS rows on a CPU that has it, and F.linear otherwise.  An
+    CPU x of at most cpu_ext.MAX_SMALL_ROWS rows on a CPU that has it, and F.linear otherwise.  An
     int8/int4 QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
     is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
     otherwise (other devices or dtypes, or no compiler)."""
@@ -50,7 +57,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
         return F.linear(x, weight, bias)
     if weight.fmt == "bf16":
         rows = x.numel() // max(1, x.shape[-1])
-        if x.dtype == torch.bfloat16 and x.device.type == "cpu" and rows <= cpu_ext.MAX_BF16_ROWS \
+        if x.dtype == torch.bfloat16 and x.device.type == "cpu" and rows <= cpu_ext.MAX_SMALL_ROWS \
                 and weight.device.type == "cpu" and cpu_ext.has_bf16():
             return cpu_ext.bf16_linear(x, weight.qweight, bias)
         return F.linear(x, weight.qweight, bias)
@@ -64,12 +71,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch
     """Masked GQA of rotated q [T, H, D] over k, v [S, Hkv, D] (row_mask [group * T, S] bool, the
     [T, S] mask repeated per group member) -> [T, H, D].
 
-    On CPU, calls of at most cpu_ext.MAX_BF16_ROWS rows (decode, verification, draft expansion) run
+    On CPU, calls of at most cpu_ext.MAX_SMALL_ROWS rows (decode, verification, draft expansion) run
     the AVX-512 kernel whose result depends only on the ordered set of attended slots, so a tree
     node computes the bits its token gets when decoded alone; longer calls (prefill) and other
     devices use grouped_attention (SDPA)."""
     tokens, head_dim = q.shape[0], q.shape[-1]
-    if (q.device.type == "cpu" and tokens <= cpu_ext.MAX_BF16_ROWS and head_dim % 16 == 0
+    if (q.device.type == "cpu" and tokens <= cpu_ext.MAX_SMALL_ROWS and head_dim % 16 == 0
             and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.has_attention()):
         return cpu_ext.masked_attention(q, k, v, row_mask[:tokens])
     return grouped_attention(q, k, v, row_mask)

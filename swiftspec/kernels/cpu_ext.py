@@ -22,7 +22,7 @@ from swiftspec.kernels.quant import QuantWeight
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp",
             "attention_avx512.cpp")
-MAX_BF16_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp: more rows (prefill) go to oneDNN / SDPA
+MAX_SMALL_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp; larger calls (prefill) go to oneDNN and SDPA
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
 _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
@@ -105,7 +105,7 @@ def has_bf16() -> bool:
 
 
 def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, at most MAX_BF16_ROWS rows of x.
+    """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, at most MAX_SMALL_ROWS rows of x.
 
     Each row's result is independent of the other rows (see csrc/bf16_gemm_avx512.cpp)."""
     ext = _state.get("ext") or load()

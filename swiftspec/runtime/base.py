@@ -23,7 +23,8 @@ def serial_depth(t_verify: float, t_expand: float) -> int:
     """d for the serial tree when --depth is 0: two expansions plus as many as fit in half a
     verification.  The paper's floor(t_target / t_draft) (choose_depth) assumes drafting overlaps
     verification; serially every expansion adds to the round.  Fitted on the default pair, 2 CPU
-    cores, where d = 5 is best for a bf16 target (t_verify / t_expand ~ 6.5) and d = 3 for int4 (~2.5)."""
+    cores: a bf16 target (t_verify / t_expand ~ 6.5-8) runs best at d = 5-6, an int4 one (~2.5-3)
+    at d = 3."""
     return min(MAX_PROFILED_DEPTH, 2 + round(t_verify / (2 * max(t_expand, 1e-6))))
 
 

@@ -38,7 +38,7 @@ def test_matches_reference_for_every_row_count(bf16_ext, n: int, k: int, with_bi
     g = torch.Generator().manual_seed(n * k)
     w = torch.randn(n, k, generator=g).bfloat16()
     bias = torch.randn(n, generator=g).bfloat16() if with_bias else None
-    for m in range(1, cpu_ext.MAX_BF16_ROWS + 1):
+    for m in range(1, cpu_ext.MAX_SMALL_ROWS + 1):
         x = torch.randn(m, k, generator=g).bfloat16()
         _check(cpu_ext.bf16_linear(x, w, bias), x, w, bias)
 
