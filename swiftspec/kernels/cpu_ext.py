@@ -1,5 +1,5 @@
 """JIT build (once, cached on disk) and call wrappers of the C++ CPU kernels: the quantized
-int8/int4 linear and the small-M bf16 linear.
+int8/int4 linear, the small-M bf16 linear and the layout-invariant masked attention.
 
 The extension is compiled with torch.utils.cpp_extension.load into
 ``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>/`` (default cache: ~/.cache/swiftspec).  If it
@@ -29,7 +29,7 @@ _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
 ISA_NAMES = {0: "none", 1: "avx2", 2: "avx512-vnni"}
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
-_state: dict[str, object] = {}  # "ext": the module (None after a failed build); "bf16": has_bf16()
+_state: dict[str, object] = {}  # "ext": the module (None after a failed build); has_bf16/has_attention
 
 
 def cache_dir() -> Path:
@@ -77,18 +77,28 @@ def isa() -> str:
     return ISA_NAMES[ext.detect_isa()] if ext is not None else "none"
 
 
+def _built() -> ModuleType:
+    """The extension, or RuntimeError when it could not be built (callers check has_* first)."""
+    ext = _state.get("ext") or load()
+    if ext is None:
+        raise RuntimeError("swiftspec CPU kernels are unavailable")
+    return ext
+
+
+def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x [..., K] as a [M, K] view (or copy) with unit stride along K, as the kernels take it."""
+    x2 = x if x.dim() == 2 else x.reshape(-1, k)
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
 def quant_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None,
                  isa_level: int = 0) -> torch.Tensor:
     """y [..., N] = x [..., K] @ W^T (+ bias) with the C++ kernels; x bf16 or fp32 on CPU.
 
     isa_level: 0 = best available, 1 = force AVX2, 2 = force AVX-512 (tests use this)."""
-    ext = _state.get("ext") or load()
-    if ext is None:
-        raise RuntimeError("swiftspec quantized CPU kernels are unavailable")
+    ext = _built()
     n, k = qw.shape
-    x2 = x if x.dim() == 2 else x.reshape(-1, k)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = _rows(x, k)
     if qw.fmt == "int4":
         y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, isa_level)
     else:
@@ -108,13 +118,7 @@ def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, at most MAX_SMALL_ROWS rows of x.
 
     Each row's result is independent of the other rows (see csrc/bf16_gemm_avx512.cpp)."""
-    ext = _state.get("ext") or load()
-    if ext is None:
-        raise RuntimeError("swiftspec CPU kernels are unavailable")
-    x2 = x if x.dim() == 2 else x.reshape(-1, w.shape[1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    y = ext.bf16_linear(x2, w, bias)
+    y = _built().bf16_linear(_rows(x, w.shape[1]), w, bias)
     return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])
 
 
@@ -129,7 +133,4 @@ def has_attention() -> bool:
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """q [T, H, D] (rotated) over slots [0, S) of k, v [S_max, Hkv, D] with mask [T, S] bool ->
     [T, H, D], scale 1/sqrt(D).  The result depends only on the ordered set of attended slots."""
-    ext = _state.get("ext") or load()
-    if ext is None:
-        raise RuntimeError("swiftspec CPU kernels are unavailable")
-    return ext.masked_attention(q, k, v, mask if mask.stride(-1) == 1 else mask.contiguous(), q.shape[-1] ** -0.5)
+    return _built().masked_attention(q, k, v, mask if mask.stride(-1) == 1 else mask.contiguous(), q.shape[-1] ** -0.5)

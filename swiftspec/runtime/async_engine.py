@@ -56,6 +56,7 @@ class AsyncEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
         self.verifier = TreeVerifier(target.model, self.max_seq_len, self.verify_size)
+        self.on_cpu = self.verifier.runner.device.type == "cpu"
         self.link = DistTransport(self.layout.draft_leader)
         group = self.groups.parallel.group
         self.followers = GroupBroadcast(group, 0) if self.layout.target_tp > 1 else None  # TP ranks
@@ -93,9 +94,8 @@ class AsyncEngine:
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
-        on_cpu = self.verifier.runner.device.type == "cpu"
         try:
-            with pinned(self.cores) if on_cpu else contextlib.nullcontext():
+            with pinned(self.cores) if self.on_cpu else contextlib.nullcontext():
                 yield from self._generate(req, prompt, params, depth or self.depth)
         except RuntimeError as exc:  # gloo/NCCL: a peer closed its connection or timed out
             raise self._failure(exc) from None
@@ -121,7 +121,7 @@ class AsyncEngine:
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
-        with pinned(self.prefill_cores) if self.verifier.runner.device.type == "cpu" else contextlib.nullcontext():
+        with pinned(self.prefill_cores) if self.on_cpu else contextlib.nullcontext():
             first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params))
         self._tree_in_flight, stop_sent = True, False
