@@ -1,7 +1,8 @@
 """The one kernel dispatch point: `linear` picks F.linear, the C++ bf16/quantized CPU kernels or
 their torch reference; `attention` the C++ layout-invariant CPU attention or SDPA;
-`tree_attention`, `swiglu` and `swiglu_act` pick Triton on CUDA tensors when Triton is importable
-(`use_triton`) and their torch references otherwise.  The quantized-weight formats and model
+`rms_norm` and `swiglu_act` the C++ row-wise kernels on CPU; `tree_attention`, `swiglu` and
+`swiglu_act` pick Triton on CUDA tensors when Triton is importable (`use_triton`); each falls back
+to its torch reference.  The quantized-weight formats and model
 conversion are re-exported here."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from swiftspec.kernels.quant import (
     quantize_int4,
     quantize_int8,
 )
+from swiftspec.kernels.rowwise import rms_norm_ref
 from swiftspec.kernels.swiglu import (
     MAX_FUSED_ROWS,
     swiglu_act_ref,
@@ -38,6 +40,7 @@ __all__ = [
     "QuantWeight", "attention", "dequantize", "linear", "prepare_model_", "prepare_weight",
     "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
+    "rms_norm", "rms_norm_ref",
     "grouped_attention", "swiglu", "swiglu_act", "swiglu_act_ref", "swiglu_ref", "tree_attention",
     "tree_attention_ref", "use_triton",
 ]
@@ -82,6 +85,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch
     return grouped_attention(q, k, v, row_mask)
 
 
+def _cpu_rowwise(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and cpu_ext.has_attention()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., n] / rms(x) * weight [n], normalized in float32 and rounded to x's dtype before the
+    weight (HF's order): the AVX-512 kernel on CPU, rms_norm_ref otherwise."""
+    if _cpu_rowwise(x) and weight.dtype == x.dtype:
+        return cpu_ext.rms_norm(x, weight, eps)
+    return rms_norm_ref(x, weight, eps)
+
+
 def use_triton(x: torch.Tensor) -> bool:
     """The rule for every Triton kernel: x is a CUDA tensor and Triton is importable."""
     return x.is_cuda and triton_support.available()
@@ -104,6 +119,8 @@ def swiglu_act(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [M, 2I] (gate columns first) -> silu(gate) * up [M, I]."""
     if use_triton(gate_up) and gate_up.stride(-1) == 1:
         return swiglu_act_triton(gate_up)
+    if _cpu_rowwise(gate_up):
+        return cpu_ext.silu_mul(gate_up)
     return swiglu_act_ref(gate_up)
 
 

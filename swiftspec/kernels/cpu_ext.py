@@ -1,5 +1,6 @@
 """JIT build (once, cached on disk) and call wrappers of the C++ CPU kernels: the quantized
-int8/int4 linear, the small-M bf16 linear and the layout-invariant masked attention.
+int8/int4 linear, the small-M bf16 linear, the layout-invariant masked attention and the
+row-wise RMSNorm and SwiGLU activation.
 
 The extension is compiled with torch.utils.cpp_extension.load into
 ``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>/`` (default cache: ~/.cache/swiftspec).  If it
@@ -21,7 +22,7 @@ from swiftspec.kernels.quant import QuantWeight
 
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp",
-            "attention_avx512.cpp")
+            "attention_avx512.cpp", "rowwise_avx512.cpp")
 MAX_SMALL_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp; larger calls (prefill) go to oneDNN and SDPA
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
@@ -123,7 +124,8 @@ def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def has_attention() -> bool:
-    """True if the extension is built and this CPU runs its AVX-512 masked attention."""
+    """True if the extension is built and this CPU runs its AVX-512 kernels other than the linears
+    (masked attention, RMSNorm, SwiGLU activation)."""
     if "attention" not in _state:
         ext = load()
         _state["attention"] = ext is not None and ext.detect_isa() == 2
@@ -134,3 +136,14 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     """q [T, H, D] (rotated) over slots [0, S) of k, v [S_max, Hkv, D] with mask [T, S] bool ->
     [T, H, D], scale 1/sqrt(D).  The result depends only on the ordered set of attended slots."""
     return _built().masked_attention(q, k, v, mask if mask.stride(-1) == 1 else mask.contiguous(), q.shape[-1] ** -0.5)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., n] / rms(x) * weight [n] with the rounding of kernels.rowwise.rms_norm_ref."""
+    y = _built().rms_norm(_rows(x, x.shape[-1]), weight, eps)
+    return y.view(x.shape)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [M, 2I] (gate columns first) -> silu(gate) * up [M, I], rounded as swiglu_act_ref."""
+    return _built().silu_mul(_rows(gate_up, gate_up.shape[-1]))

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from swiftspec import kernels
@@ -16,17 +15,17 @@ from swiftspec.parallel.state import ParallelState
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) * weight, normalised in float32 and cast back before the weight (as HF does)."""
+    """x / rms(x) * weight, normalised in float32 and cast back before the weight (as HF does;
+    kernels.rms_norm)."""
 
     def __init__(self, dim: int, eps: float, dtype: torch.dtype, device: torch.device | str) -> None:
         super().__init__()
         self.eps = eps
-        self.shape = (dim,)
         self.weight = nn.Parameter(torch.ones(dim, dtype=dtype, device=device), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, dim] -> [T, dim]."""
-        return F.rms_norm(x.float(), self.shape, eps=self.eps).to(x.dtype) * self.weight
+        return kernels.rms_norm(x, self.weight, self.eps)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
@@ -110,5 +109,5 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        proj = self.gate_up_proj  # on CPU: F.linear, then silu(gate) * up (kernels.swiglu_act_ref)
+        proj = self.gate_up_proj  # on CPU: kernels.linear, then silu(gate) * up (kernels.swiglu_act)
         return self.down_proj(kernels.swiglu(x, proj.weight, proj.bias))  # [T, intermediate / tp] in between

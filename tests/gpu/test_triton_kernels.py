@@ -116,14 +116,17 @@ def test_reference_rotates_like_the_model() -> None:
 
 
 def test_cpu_dispatch_runs_the_references() -> None:
-    """On CPU tensors the dispatch returns the references' results exactly (Triton or not)."""
+    """On CPU tensors (Triton or not) tree attention returns the reference's result exactly; the
+    SwiGLU activation runs the C++ row-wise kernel where it is built, within fp32 rounding of the
+    reference (its exp differs from ATen's in the last bits)."""
     inputs = {n: t.cpu() for n, t in _attention_inputs((3, 20, 4, 2, 16, None), torch.float32).items()}
     assert torch.equal(kernels.tree_attention(**inputs), tree_attention_ref(**inputs))
     x, w = torch.randn(3, 32), torch.randn(2 * 24, 32)
-    assert torch.equal(kernels.swiglu(x, w), swiglu_ref(x, w))
-    assert torch.equal(kernels.swiglu_act(x), swiglu_act_ref(x))
+    close = {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(kernels.swiglu(x, w), swiglu_ref(x, w), **close)
+    torch.testing.assert_close(kernels.swiglu_act(x), swiglu_act_ref(x), **close)
     qw = kernels.quantize_int8(w)
-    assert torch.equal(kernels.swiglu(x, qw), swiglu_act_ref(kernels.linear(x, qw)))
+    torch.testing.assert_close(kernels.swiglu(x, qw), swiglu_act_ref(kernels.linear(x, qw)), **close)
 
 
 @needs_triton

@@ -46,8 +46,9 @@ def test_matches_sdpa(attn_ext, dtype, tol, shape) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_result_depends_only_on_the_attended_keys(attn_ext, dtype) -> None:
-    q, k, v, mask = _inputs(6, 8, 2, 64, 200, dtype, seed=3)
+@pytest.mark.parametrize("heads,head_dim", [(8, 64), (14, 64), (12, 128), (6, 32)])  # groups in 1-2 blocks; fallback
+def test_result_depends_only_on_the_attended_keys(attn_ext, dtype, heads, head_dim) -> None:
+    q, k, v, mask = _inputs(6, heads, 2, head_dim, 200, dtype, seed=3)
     full = cpu_ext.masked_attention(q, k, v, mask)
     for t in range(6):
         slots = mask[t].nonzero().flatten()

@@ -56,17 +56,8 @@ inline __m512 exp_neg(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// One query head over the n compact slots idx[0, n): writes out[0, D).  s: n floats of scratch.
-void attend(const AttnArgs& a, const void* q, int64_t g, const int32_t* idx, int64_t n, float* s, void* out) {
-  const int chunks = static_cast<int>(a.D / 16);
-  __m512 qv[kMaxChunks];
-  for (int c = 0; c < chunks; ++c) qv[c] = load16(q, a.bf16, c * 16);
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
-    __m512 acc = _mm512_setzero_ps();
-    for (int c = 0; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[c], load16(a.k, a.bf16, off + c * 16), acc);
-    s[j] = _mm512_reduce_add_ps(acc) * a.scale;
-  }
+// s[0, n) <- exp(s - max s) in place; returns 1 / sum of those (0 when n == 0).
+float softmax_in_place(float* s, int64_t n) {
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
@@ -80,6 +71,22 @@ void attend(const AttnArgs& a, const void* q, int64_t g, const int32_t* idx, int
     _mm512_mask_storeu_ps(s + j, m, e);
     vsum = _mm512_add_ps(vsum, e);
   }
+  const float sum = _mm512_reduce_add_ps(vsum);
+  return n > 0 ? 1.f / sum : 0.f;
+}
+
+// One query head over the n compact slots idx[0, n): writes out[0, D).  s: n floats of scratch.
+void attend(const AttnArgs& a, const void* q, int64_t g, const int32_t* idx, int64_t n, float* s, void* out) {
+  const int chunks = static_cast<int>(a.D / 16);
+  __m512 qv[kMaxChunks];
+  for (int c = 0; c < chunks; ++c) qv[c] = load16(q, a.bf16, c * 16);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
+    __m512 acc = _mm512_setzero_ps();
+    for (int c = 0; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[c], load16(a.k, a.bf16, off + c * 16), acc);
+    s[j] = _mm512_reduce_add_ps(acc) * a.scale;
+  }
+  const float inv_sum = softmax_in_place(s, n);
   __m512 acc[kMaxChunks];
   for (int c = 0; c < chunks; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
@@ -87,9 +94,64 @@ void attend(const AttnArgs& a, const void* q, int64_t g, const int32_t* idx, int
     const __m512 p = _mm512_set1_ps(s[j]);
     for (int c = 0; c < chunks; ++c) acc[c] = _mm512_fmadd_ps(p, load16(a.v, a.bf16, off + c * 16), acc[c]);
   }
-  const float sum = _mm512_reduce_add_ps(vsum);
-  const __m512 inv = _mm512_set1_ps(n > 0 ? 1.f / sum : 0.f);
+  const __m512 inv = _mm512_set1_ps(inv_sum);
   for (int c = 0; c < chunks; ++c) store16(out, a.bf16, c * 16, _mm512_mul_ps(acc[c], inv));
+}
+
+// All query heads of KV head g (qs: `group` rows of q, row stride q_ld_h elements) over the compact
+// slots idx[0, n), for a head dim of CH x 16: each K and V row is loaded and widened once for the
+// whole group instead of once per head.  Per head, every score, the softmax and the V sum run the
+// same operations in the same order as attend(), so the results are bit-identical to it.
+// s: group * n floats of scratch.  Heads go in blocks of HB so that HB x CH V accumulators, HB
+// probabilities and one V vector fit the 32 vector registers (lanes of heads past the group's end
+// accumulate zeros and are never stored).
+template <int CH>
+void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, const int32_t* idx, int64_t n,
+                  float* s, char* out) {
+  constexpr int HB = CH <= 4 ? 5 : 3;
+  const int64_t esz = a.bf16 ? 2 : 4;
+  alignas(64) float qf[16][CH * 16];  // this group's queries in fp32 (group <= 16)
+  for (int64_t h = 0; h < group; ++h) {
+    for (int c = 0; c < CH; ++c) _mm512_store_ps(qf[h] + c * 16, load16(qs + h * a.q_ld_h * esz, a.bf16, c * 16));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
+    __m512 kv[CH];
+#pragma GCC unroll 16
+    for (int c = 0; c < CH; ++c) kv[c] = load16(a.k, a.bf16, off + c * 16);
+    for (int64_t h = 0; h < group; ++h) {
+      __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int c = 0; c < CH; ++c) acc = _mm512_fmadd_ps(_mm512_load_ps(qf[h] + c * 16), kv[c], acc);
+      s[h * n + j] = _mm512_reduce_add_ps(acc) * a.scale;
+    }
+  }
+  float inv[16];
+  for (int64_t h = 0; h < group; ++h) inv[h] = softmax_in_place(s + h * n, n);
+  for (int64_t h0 = 0; h0 < group; h0 += HB) {
+    const int hb = static_cast<int>(group - h0 < HB ? group - h0 : HB);
+    __m512 acc[HB][CH];
+#pragma GCC unroll 16
+    for (int h = 0; h < HB; ++h)
+#pragma GCC unroll 16
+      for (int c = 0; c < CH; ++c) acc[h][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
+      __m512 p[HB];
+#pragma GCC unroll 16
+      for (int h = 0; h < HB; ++h) p[h] = _mm512_set1_ps(h < hb ? s[(h0 + h) * n + j] : 0.f);
+#pragma GCC unroll 16
+      for (int c = 0; c < CH; ++c) {
+        const __m512 vv = load16(a.v, a.bf16, off + c * 16);
+#pragma GCC unroll 16
+        for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], vv, acc[h][c]);
+      }
+    }
+    for (int h = 0; h < hb; ++h) {
+      const __m512 vinv = _mm512_set1_ps(inv[h0 + h]);
+      for (int c = 0; c < CH; ++c) store16(out + (h0 + h) * a.D * esz, a.bf16, c * 16, _mm512_mul_ps(acc[h][c], vinv));
+    }
+  }
 }
 
 }  // namespace
@@ -103,10 +165,14 @@ void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* 
     for (int64_t s = 0; s < a.S; ++s) {
       if (mrow[s]) idx[n++] = static_cast<int32_t>(s);
     }
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      const char* q = static_cast<const char*>(a.q) + (t * a.q_ld_t + h * a.q_ld_h) * esz;
-      char* out = static_cast<char*>(a.out) + (t * a.H + h) * a.D * esz;
-      attend(a, q, g, idx, n, scores, out);
+    const char* qs = static_cast<const char*>(a.q) + (t * a.q_ld_t + g * group * a.q_ld_h) * esz;
+    char* outs = static_cast<char*>(a.out) + (t * a.H + g * group) * a.D * esz;
+    if (a.D == 64 && group <= 16) {
+      attend_group<4>(a, qs, group, g, idx, n, scores, outs);
+    } else if (a.D == 128 && group <= 16) {
+      attend_group<8>(a, qs, group, g, idx, n, scores, outs);
+    } else {
+      for (int64_t h = 0; h < group; ++h) attend(a, qs + h * a.q_ld_h * esz, g, idx, n, scores, outs + h * a.D * esz);
     }
   }
 }

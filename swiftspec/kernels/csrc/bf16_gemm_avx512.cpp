@@ -2,8 +2,16 @@
 //
 // oneDNN's bf16 GEMM reaches only 13-19 GB/s at M <= 16 on the 2-core dev box, so a verify or
 // draft forward of 8 rows costs about twice a one-row forward.  Here a block of C output channels
-// (C contiguous weight rows) is streamed once per pass of up to 8 activation rows; every weight
+// (C contiguous weight rows) is streamed once per pass of up to 6 activation rows; every weight
 // vector of 32 bf16 values meets every row with one vdpbf16ps.
+//
+// Tuning (dev box, Zen 4: one zmm vdpbf16ps per cycle per core, ~30-45 GB/s for 2 cores):
+// - Weight rows are prefetched into L2 16 KiB ahead.  An L1 prefetch 4 KiB ahead left the
+//   stream short of requests once the core was busy computing: the 1.5B's layers took 96 ms at
+//   M = 1 and 130 ms at M = 8, against 80 and 110 ms with the L2 prefetch (same run).
+// - Passes of 6 rows x 4 channels (24 accumulators, 10 loads per 24 vdpbf16ps) instead of 8 x 2
+//   (16 accumulators, 10 loads per 16): M = 8 went from 111 to 88-96 ms, M = 16 from 199 to
+//   137-148 ms.
 //
 // Batch invariance: output (r, n) is one accumulator chain over k = 0, 32, 64, ... followed by the
 // same horizontal sum, whatever M, C and the row pass are, so a row's result never depends on the
@@ -18,8 +26,8 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kPassRowsBf16 = 8;   // rows per pass: C x R accumulators stay in registers
-constexpr int kPrefetchElems = 2048;  // software prefetch distance along a weight row (1 KiB)
+constexpr int kPassRowsBf16 = 6;       // rows per pass: C x R accumulators stay in registers
+constexpr int kPrefetchElems = 8192;   // L2 prefetch distance along a weight row (16 KiB)
 
 inline __mmask32 tail32(int64_t n) {
   return n >= 32 ? 0xFFFFFFFFu : n <= 0 ? 0u : (__mmask32)((1u << n) - 1);
@@ -51,13 +59,12 @@ void block(const Bf16Gemm& g, int64_t n0, int64_t r0) {
   for (int c = 0; c < C; ++c) w[c] = g.w + (n0 + c) * g.ldw;
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) x[r] = g.x + (r0 + r) * g.ldx;
-  for (int64_t k = 0; k < g.K; k += 32) {
-    const __mmask32 m = tail32(g.K - k);
+  auto step = [&](int64_t k, __mmask32 m) __attribute__((always_inline)) {
     __m512bh wv[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       wv[c] = load32(w[c] + k, m);
-      _mm_prefetch(reinterpret_cast<const char*>(w[c] + k + kPrefetchElems), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w[c] + k + kPrefetchElems), _MM_HINT_T1);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -65,7 +72,10 @@ void block(const Bf16Gemm& g, int64_t n0, int64_t r0) {
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[c][r] = _mm512_dpbf16_ps(acc[c][r], xv, wv[c]);
     }
-  }
+  };
+  int64_t k = 0;
+  for (; k + 32 <= g.K; k += 32) step(k, 0xFFFFFFFFu);
+  if (k < g.K) step(k, tail32(g.K - k));
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
     const float b = g.bias ? g.bias[n0 + c] : 0.f;
@@ -76,21 +86,22 @@ void block(const Bf16Gemm& g, int64_t n0, int64_t r0) {
 
 using BlockFn = void (*)(const Bf16Gemm&, int64_t, int64_t);
 
-// Channels per block for a pass of R rows: C x R <= 16 accumulators (8 chains for one row, so
-// vdpbf16ps latency is hidden).  M > 8 runs passes of 8 rows (C = 2) and a shorter last pass with
-// the same C; `one` serves the N tail channel by channel.
+// Channels per block for a pass of R rows: 8 for one or two rows (8-16 chains hide the
+// vdpbf16ps latency), else 4 (12-24 accumulators).  M > 6 runs passes of 6 rows and a shorter
+// last pass with C = 4; `one` serves the N tail channel by channel.
 template <int R>
-constexpr int kChannels = R == 1 || R == 2 ? 8 : R <= 4 ? 4 : 2;
+constexpr int kChannels = R <= 2 ? 8 : 4;
+constexpr int kPassChannels = 4;
 
 template <int... Rs>
 struct Blocks {
   static constexpr BlockFn wide[] = {block<kChannels<Rs>, Rs>...};
-  static constexpr BlockFn pair[] = {block<2, Rs>...};
+  static constexpr BlockFn passes[] = {block<kPassChannels, Rs>...};
   static constexpr BlockFn one[] = {block<1, Rs>...};
   static constexpr int channels[] = {kChannels<Rs>...};
 };
-using Passes = Blocks<1, 2, 3, 4, 5, 6, 7, 8>;
-static_assert(kPassRowsBf16 == 8 && kChannels<kPassRowsBf16> == 2, "passes after the first use pair[]");
+using Passes = Blocks<1, 2, 3, 4, 5, 6>;
+static_assert(kPassRowsBf16 == 6 && kChannels<kPassRowsBf16> == kPassChannels, "passes use passes[]");
 
 void run_blocks(const BlockFn* fns, const Bf16Gemm& g, int64_t n) {
   for (int64_t r0 = 0; r0 < g.M; r0 += kPassRowsBf16) {
@@ -107,7 +118,7 @@ int bf16_block_channels(int64_t M) {
 
 void bf16_cols_avx512(const Bf16Gemm& g, int64_t n0, int64_t n1) {
   const int C = bf16_block_channels(g.M);
-  const BlockFn* fns = g.M <= kPassRowsBf16 ? Passes::wide : Passes::pair;
+  const BlockFn* fns = g.M <= kPassRowsBf16 ? Passes::wide : Passes::passes;
   int64_t n = n0;
   for (; n + C <= n1; n += C) run_blocks(fns, g, n);
   for (; n < n1; ++n) run_blocks(Passes::one, g, n);

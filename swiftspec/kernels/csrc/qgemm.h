@@ -87,7 +87,7 @@ int bf16_block_channels(int64_t M);
 // Masked attention (attention_avx512.cpp): q [T, H, D] (rotated), k, v [S_max, Hkv, D] (cache
 // layer), mask [T, S] bool -> out [T, H, D] contiguous; all bf16 or all fp32; D % 16 == 0 and
 // D <= kMaxHeadDim.  attention_items_avx512 runs work items [w0, w1) of T * Hkv (row t, KV head
-// g = w % Hkv) with caller scratch idx (S int32) and scores (S floats).
+// g = w % Hkv) with caller scratch idx (S int32) and scores (S * H / Hkv floats).
 constexpr int64_t kMaxHeadDim = 256;
 struct AttnArgs {
   const void* q;
@@ -102,6 +102,21 @@ struct AttnArgs {
   bool bf16;
   float scale;
 };
+// Row-wise ops (rowwise_avx512.cpp) on rows [r0, r1) of x [rows, ld] -> out [rows, ldo], bf16 or
+// fp32 (esz bytes per element).  rms_norm: cols = hidden size, weight [cols] in the same dtype.
+// silu_mul: x rows hold [gate | up], 2 * cols values; out rows hold cols values.
+struct RowArgs {
+  const void* x;
+  int64_t ldx;
+  void* out;
+  int64_t ldo;
+  int64_t cols;
+  bool bf16;
+  int64_t esz;
+};
+void rms_norm_rows_avx512(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1);
+void silu_mul_rows_avx512(const RowArgs& a, int64_t r0, int64_t r1);
+
 void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
 void bf16_cols_avx512(const Bf16Gemm& g, int64_t n0, int64_t n1);
 

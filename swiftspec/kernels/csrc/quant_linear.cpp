@@ -1,6 +1,7 @@
 // Torch glue for the CPU kernels: argument checks, ISA dispatch, activation quantization and the
 // thread splits.  The kernels live in qgemm_*.cpp (int8/int4 linear), bf16_gemm_avx512.cpp (bf16
-// linear) and attention_avx512.cpp (layout-invariant masked attention).
+// linear), attention_avx512.cpp (layout-invariant masked attention) and rowwise_avx512.cpp
+// (RMSNorm, SwiGLU activation).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -198,8 +199,47 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
   at::parallel_for(0, T * Hkv, 1, [&](int64_t w0, int64_t w1) {
     thread_local std::vector<int32_t> idx;
     thread_local std::vector<float> scores;
-    attention_items_avx512(a, w0, w1, sized(idx, S), sized(scores, S));
+    attention_items_avx512(a, w0, w1, sized(idx, S), sized(scores, S * (H / Hkv)));
   });
+  return out;
+}
+
+// Shared checks of the row-wise ops: a 2-D CPU tensor of bf16 or fp32 with unit column stride.
+void check_rows(const at::Tensor& x, const char* what) {
+  TORCH_CHECK(detect_isa() == 2, what, ": needs AVX-512");
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.stride(1) == 1, what, ": x must be a [rows, n] CPU tensor");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, what, ": bf16 or fp32");
+}
+
+template <typename Fn>
+void parallel_rows(int64_t rows, int64_t cols, const Fn& fn) {
+  const int64_t grain = std::max<int64_t>(1, kSerialWork / std::max<int64_t>(1, cols));
+  at::parallel_for(0, rows, grain, fn);  // runs inline below one grain (decode-sized calls)
+}
+
+// out [rows, n] = x / rms(x) * weight, normalized in fp32 and rounded as the model's torch code.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rows(x, "rms_norm");
+  TORCH_CHECK(weight.scalar_type() == x.scalar_type() && weight.is_contiguous() && weight.numel() == x.size(1),
+              "rms_norm: weight must be [n] in x's dtype");
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  const RowArgs a{x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0), x.size(1),
+                  x.scalar_type() == at::kBFloat16, x.element_size()};
+  parallel_rows(x.size(0), x.size(1), [&](int64_t r0, int64_t r1) {
+    rms_norm_rows_avx512(a, weight.data_ptr(), static_cast<float>(eps), r0, r1);
+  });
+  return out;
+}
+
+// gate_up [rows, 2I] (gate columns first) -> silu(gate) * up [rows, I].
+at::Tensor silu_mul(const at::Tensor& gate_up) {
+  check_rows(gate_up, "silu_mul");
+  TORCH_CHECK(gate_up.size(1) % 2 == 0, "silu_mul: the row length must be even");
+  const int64_t n = gate_up.size(1) / 2;
+  at::Tensor out = at::empty({gate_up.size(0), n}, gate_up.options());
+  const RowArgs a{gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), n, n,
+                  gate_up.scalar_type() == at::kBFloat16, gate_up.element_size()};
+  parallel_rows(gate_up.size(0), n, [&](int64_t r0, int64_t r1) { silu_mul_rows_avx512(a, r0, r1); });
   return out;
 }
 
@@ -211,4 +251,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_linear", &swiftspec::bf16_linear, "bf16 linear at small M (AVX-512 BF16)");
   m.def("has_bf16", &swiftspec::has_bf16, "AVX-512 BF16 is available");
   m.def("masked_attention", &swiftspec::masked_attention, "layout-invariant masked attention (AVX-512)");
+  m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding (AVX-512)");
+  m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up (AVX-512)");
 }
