@@ -61,21 +61,26 @@ class TreeDrafter:
         """Nodes in the live tree."""
         return self.tree.tokens.numel()
 
-    def draft(self, expansions: int, stop: Callable[[], bool] | None = None) -> None:
+    def draft(self, expansions: int, stop: Callable[[], bool] | None = None, focus: int = 0) -> None:
         """Grow the tree by up to `expansions` forwards of the w best unexpanded leaves; stop()
-        is asked before each one (the async draft stops as soon as the verified tokens arrive)."""
+        is asked before each one (the async draft stops as soon as the verified tokens arrive).
+        focus > 0: only leaves that can still join the best `focus`-node subtree are expanded,
+        and drafting ends early once that subtree is final (serial rounds; see select_leaves)."""
         for _ in range(expansions):
             if stop is not None and stop():
                 return
-            self.expand()
+            if not self.expand(focus):
+                return
 
-    def expand(self) -> None:
-        """One draft forward over the w best unexpanded leaves; adds their top-k children."""
+    def expand(self, focus: int = 0) -> bool:
+        """One draft forward over the w best unexpanded leaves (those that can still join the
+        best `focus`-node subtree, if focus > 0); adds their top-k children.  False if there was
+        nothing to expand (or no room)."""
         if self.size >= self.cfg.budget:
-            return
-        leaves = select_leaves(self.tree, self.cfg.width)  # [n <= w]
+            return False
+        leaves = select_leaves(self.tree, self.cfg.width, focus)  # [n <= w]
         if leaves.numel() == 0 or self.runner.kv.kv_len + leaves.numel() + len(self.pending) > self.runner.cache.max_len:
-            return
+            return False
         kv = self.runner.kv
         pend = self._pending_inputs()
         slots = kv.alloc(leaves)  # [n]
@@ -96,6 +101,7 @@ class TreeDrafter:
         if self.vocab_map is not None:
             child_tokens = self.vocab_map[child_tokens]
         self.tree = grow(self.tree, leaves, child_tokens, child_logprobs, self.cfg.budget)
+        return True
 
     def _pending_inputs(self) -> "_Pending | None":
         """Verified tokens without KV go into the prefix ahead of this forward's leaves."""

@@ -38,7 +38,7 @@ class SerialEngine:
                 pass
         rounds = max(1, self.stats.rounds)
         t_verify, t_expand = self.stats.verify_s / rounds, self.stats.draft_s / (PROFILE_DEPTH * rounds)
-        depth = serial_depth(t_verify, t_expand)
+        depth = serial_depth(t_verify, t_expand, self.cfg.verify_size)
         log.warning("tree: t_target %.1f ms, t_draft %.1f ms per expansion; using d=%d",
                     1e3 * t_verify, 1e3 * t_expand, depth)
         return depth
@@ -68,7 +68,7 @@ class SerialEngine:
     def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats) -> list[int]:
         """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
-        self.drafter.draft(self.depth)  # d forwards of the w best leaves
+        self.drafter.draft(self.depth, focus=self.cfg.verify_size)  # <= d forwards of the w best leaves
         sub = self.drafter.subtree(self.cfg.verify_size)  # best bs nodes at the root
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [bs, V]

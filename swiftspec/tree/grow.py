@@ -11,15 +11,23 @@ from torch import Tensor
 from swiftspec.tree.tree import TokenTree
 
 
-def select_leaves(tree: TokenTree, width: int) -> Tensor:
+def select_leaves(tree: TokenTree, width: int, focus: int = 0) -> Tensor:
     """Indices [<= width] of the best unexpanded nodes by weight, ties to the lower index.
 
     Best first. Syncs once to drop expanded nodes when fewer than `width` are unexpanded.
+    focus > 0 also drops the leaves lighter than the focus-th heaviest node: a child weighs no
+    more than its parent, so nothing below such a leaf can join select_subtree(tree, focus),
+    whatever is grown later (log-probs <= 0).  The serial engine, which verifies that subtree
+    right after drafting, spends no draft rows on them; it gets no leaf at all once the subtree
+    is final.
     """
     by_weight = tree.weights.sort(descending=True, stable=True).indices  # index order on ties
     unexpanded_first = tree.expanded[by_weight].to(torch.uint8).sort(stable=True).indices
     best = by_weight[unexpanded_first][:width]
-    return best[~tree.expanded[best]]
+    keep = ~tree.expanded[best]
+    if 0 < focus <= by_weight.numel():
+        keep &= tree.weights[best] >= tree.weights[by_weight[focus - 1]]
+    return best[keep]
 
 
 def topk_children(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:

@@ -14,10 +14,11 @@ from swiftspec.runtime.serial import SerialEngine
 
 
 def test_serial_rule_matches_the_measured_best_depths() -> None:
-    assert serial_depth(0.175, 0.027) == 5  # bf16 target, int8 draft, 2 cores
-    assert serial_depth(0.056, 0.022) == 3  # int4 target and draft
-    assert serial_depth(1.0, 0.001) == MAX_PROFILED_DEPTH
-    assert serial_depth(0.01, 1.0) == 2
+    assert serial_depth(0.099, 0.0167, 8) == 7  # bf16 target, int8 draft, 2 cores
+    assert serial_depth(0.044, 0.0145, 8) == 5  # int4 target and draft
+    assert serial_depth(1.0, 0.001, 8) == 7  # no deeper than a bs-node subtree reaches
+    assert serial_depth(1.0, 0.001, 32) == MAX_PROFILED_DEPTH
+    assert serial_depth(0.01, 1.0, 8) == 2
 
 
 def test_async_rule_tries_d0_and_one_more(caplog: pytest.LogCaptureFixture) -> None:

@@ -263,3 +263,38 @@ def test_tree_functions_need_no_host_sync():
     assert draft_mask(tree, ids[:2], ids, 3, 16).shape == (2, 16)
     children = topk_children(torch.zeros(2, 9, **meta), 3)
     assert len(grow(tree, ids[:2], *children, budget=9)) == 9
+
+
+def _paths(tree: TokenTree, nodes: list[int]) -> set[tuple[int, ...]]:
+    """Nodes as their root-to-node token paths (comparable across differently grown trees)."""
+    return {tuple(tree.tokens[path_to(tree, n)].tolist()) for n in nodes}
+
+
+def _children_of(tree: TokenTree, leaves: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed 'draft' table: a leaf's children depend only on its token path."""
+    rows = []
+    for leaf in leaves.tolist():
+        seed = hash(tuple(tree.tokens[path_to(tree, leaf)].tolist())) % 2**31
+        rows.append((torch.randn(VOCAB, generator=torch.Generator().manual_seed(seed)) * 2).log_softmax(-1))
+    return topk_children(torch.stack(rows), k)
+
+
+@FAST
+@given(root=st.integers(0, VOCAB - 1), width=st.integers(1, 8), k=st.integers(1, 6),
+       size=st.integers(2, 10), steps=st.integers(1, 7))
+def test_focus_spends_no_rows_on_leaves_that_cannot_be_verified(root, width, k, size, steps):
+    """Growing with focus = size verifies the same subtree as growing without it, from fewer rows."""
+    grown, rows = {}, {}
+    for focus in (0, size):
+        tree, used = new_tree(root), 0
+        for _ in range(steps):
+            leaves = select_leaves(tree, width, focus)
+            if leaves.numel() == 0:
+                break
+            tokens, logprobs = _children_of(tree, leaves, k)
+            tree, used = grow(tree, leaves, tokens, logprobs, 10_000), used + leaves.numel()
+        grown[focus], rows[focus] = tree, used
+    plain, focused = grown[0], grown[size]
+    assert _paths(plain, select_subtree(plain, size).nodes.tolist()) == \
+        _paths(focused, select_subtree(focused, size).nodes.tolist())
+    assert rows[size] <= rows[0]
