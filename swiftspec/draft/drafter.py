@@ -9,6 +9,7 @@ one per round, the *pending* token) is recomputed, folded into the next forward.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -61,24 +62,27 @@ class TreeDrafter:
         """Nodes in the live tree."""
         return self.tree.tokens.numel()
 
-    def draft(self, expansions: int, stop: Callable[[], bool] | None = None, focus: int = 0) -> None:
+    def draft(self, expansions: int, stop: Callable[[], bool] | None = None, focus: int = 0,
+              min_weight: float = -math.inf) -> int:
         """Grow the tree by up to `expansions` forwards of the w best unexpanded leaves; stop()
         is asked before each one (the async draft stops as soon as the verified tokens arrive).
         focus > 0: only leaves that can still join the best `focus`-node subtree are expanded,
-        and drafting ends early once that subtree is final (serial rounds; see select_leaves)."""
-        for _ in range(expansions):
+        and drafting ends early once that subtree is final (serial rounds; see select_leaves);
+        leaves lighter than min_weight are skipped.  Returns the forwards run."""
+        for done in range(expansions):
             if stop is not None and stop():
-                return
-            if not self.expand(focus):
-                return
+                return done
+            if not self.expand(focus, min_weight):
+                return done
+        return expansions
 
-    def expand(self, focus: int = 0) -> bool:
+    def expand(self, focus: int = 0, min_weight: float = -math.inf) -> bool:
         """One draft forward over the w best unexpanded leaves (those that can still join the
-        best `focus`-node subtree, if focus > 0); adds their top-k children.  False if there was
-        nothing to expand (or no room)."""
+        best `focus`-node subtree, if focus > 0, and weigh at least min_weight); adds their
+        top-k children.  False if there was nothing to expand (or no room)."""
         if self.size >= self.cfg.budget:
             return False
-        leaves = select_leaves(self.tree, self.cfg.width, focus)  # [n <= w]
+        leaves = select_leaves(self.tree, self.cfg.width, focus, min_weight)  # [n <= w]
         if leaves.numel() == 0 or self.runner.kv.kv_len + leaves.numel() + len(self.pending) > self.runner.cache.max_len:
             return False
         kv = self.runner.kv

@@ -11,7 +11,8 @@ from swiftspec.runtime.base import Engine, GenerationStats
 def chain_config(tree: TreeConfig) -> TreeConfig:
     """Classic speculative decoding as a one-wide tree: k draft tokens, k + 1 verified nodes."""
     k = tree.chain_length
-    return dataclasses.replace(tree, width=1, topk=1, depth=k, verify_size=k + 1, budget=max(tree.budget, 2 * k + 2))
+    return dataclasses.replace(tree, width=1, topk=1, depth=k, verify_size=k + 1, budget=max(tree.budget, 2 * k + 2),
+                               adaptive=0)
 
 
 def build_engine(config: EngineConfig) -> Engine:

@@ -30,8 +30,13 @@ def serial_depth(t_verify: float, t_expand: float, verify_size: int) -> int:
     cores, 5 HumanEval prompts (tok/s at d = 5 / 6 / 7): bf16 target (t_verify / t_expand ~ 6)
     26.4 / 27.8 / 28.5, so d = 7; int4 target (~3) at d = 3 / 4 / 5 / 7: 37.8 / 40.2 / 40.5 /
     40.5, so d = 5."""
-    cap = min(MAX_PROFILED_DEPTH, max(2, verify_size - 1))
-    return min(cap, 2 + round(t_verify / max(t_expand, 1e-6)))
+    return min(deepest_depth(verify_size), 2 + round(t_verify / max(t_expand, 1e-6)))
+
+
+def deepest_depth(verify_size: int) -> int:
+    """The deepest a verify_size-node subtree reaches (verify_size - 1), within [2, MAX_PROFILED_DEPTH]:
+    the serial tree's d when its rounds end by the cost rule (TreeConfig.adaptive)."""
+    return min(MAX_PROFILED_DEPTH, max(2, verify_size - 1))
 
 
 def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], float], label: str) -> int:

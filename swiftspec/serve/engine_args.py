@@ -17,6 +17,7 @@ _TREE_HELP = {
     "topk": "children proposed per expanded leaf",
     "budget": "most nodes a draft tree may hold",
     "chain_length": "draft tokens per round in chain mode",
+    "adaptive": "serial tree: 1 = expand only leaves whose draft probability repays a forward, 0 = always d",
 }
 
 

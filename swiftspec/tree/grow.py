@@ -5,13 +5,15 @@ Growth does not care how the child distributions were computed (draft model, tes
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from swiftspec.tree.tree import TokenTree
 
 
-def select_leaves(tree: TokenTree, width: int, focus: int = 0) -> Tensor:
+def select_leaves(tree: TokenTree, width: int, focus: int = 0, min_weight: float = -math.inf) -> Tensor:
     """Indices [<= width] of the best unexpanded nodes by weight, ties to the lower index.
 
     Best first. Syncs once to drop expanded nodes when fewer than `width` are unexpanded.
@@ -19,12 +21,12 @@ def select_leaves(tree: TokenTree, width: int, focus: int = 0) -> Tensor:
     more than its parent, so nothing below such a leaf can join select_subtree(tree, focus),
     whatever is grown later (log-probs <= 0).  The serial engine, which verifies that subtree
     right after drafting, spends no draft rows on them; it gets no leaf at all once the subtree
-    is final.
+    is final.  Leaves lighter than min_weight (a log-probability) are dropped too.
     """
     by_weight = tree.weights.sort(descending=True, stable=True).indices  # index order on ties
     unexpanded_first = tree.expanded[by_weight].to(torch.uint8).sort(stable=True).indices
     best = by_weight[unexpanded_first][:width]
-    keep = ~tree.expanded[best]
+    keep = ~tree.expanded[best] & (tree.weights[best] >= min_weight)
     if 0 < focus <= by_weight.numel():
         keep &= tree.weights[best] >= tree.weights[by_weight[focus - 1]]
     return best[keep]

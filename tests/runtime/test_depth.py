@@ -4,13 +4,14 @@ profile of the serial engine."""
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 
 from swiftspec.config import TreeConfig
 from swiftspec.draft import TreeDrafter
 from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
-from swiftspec.runtime.serial import SerialEngine
+from swiftspec.runtime.serial import RoundCosts, SerialEngine
 
 
 def test_serial_rule_matches_the_measured_best_depths() -> None:
@@ -34,8 +35,26 @@ def test_async_rule_tries_d0_and_one_more(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_serial_engine_profiles_its_depth(tiny_target, tiny_draft, caplog: pytest.LogCaptureFixture) -> None:
-    cfg = TreeConfig(depth=0)
+    cfg = TreeConfig(depth=0, adaptive=0)
     with caplog.at_level(logging.WARNING, logger="swiftspec"):
         engine = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256)
     assert 2 <= engine.depth <= MAX_PROFILED_DEPTH
     assert f"using d={engine.depth}" in caplog.text
+
+
+def test_adaptive_engine_caps_rounds_at_the_subtree_depth(tiny_target, tiny_draft) -> None:
+    for bs, want in ((8, 7), (4, 3), (32, MAX_PROFILED_DEPTH)):
+        cfg = TreeConfig(depth=0, verify_size=bs)
+        assert SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256).depth == want
+
+
+def test_round_costs_give_the_break_even_path_probability() -> None:
+    costs = RoundCosts()
+    assert costs.min_weight() == -math.inf  # nothing measured yet: expand everything
+    costs.update(draft_s=0.10, expansions=5, round_s=0.30, tokens=6)  # 20 ms per expansion, 50 ms per token
+    assert costs.min_weight() == pytest.approx(math.log(0.4))
+    costs.update(draft_s=0.0, expansions=0, round_s=0.10, tokens=1)  # no expansion: only the token cost moves
+    assert costs.expand_s == pytest.approx(0.02)
+    assert costs.token_s == pytest.approx(0.8 * 0.05 + 0.2 * 0.10)
+    costs.update(draft_s=1.0, expansions=1, round_s=1.0, tokens=10)  # a draft dearer than a token
+    assert costs.min_weight() <= 0.0

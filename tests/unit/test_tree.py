@@ -298,3 +298,11 @@ def test_focus_spends_no_rows_on_leaves_that_cannot_be_verified(root, width, k, 
     assert _paths(plain, select_subtree(plain, size).nodes.tolist()) == \
         _paths(focused, select_subtree(focused, size).nodes.tolist())
     assert rows[size] <= rows[0]
+
+
+def test_select_leaves_skips_leaves_below_min_weight():
+    tree = grow(new_tree(1), torch.tensor([0]), torch.tensor([[4, 5, 6]]),
+                torch.tensor([[-0.1, -1.0, -3.0]]), 100)
+    assert select_leaves(tree, 8).tolist() == [1, 2, 3]
+    assert select_leaves(tree, 8, min_weight=-1.0).tolist() == [1, 2]
+    assert select_leaves(tree, 8, min_weight=-0.05).tolist() == []
