@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "avx512_util.h"
 #include "qgemm.h"
 
 namespace swiftspec {
@@ -19,55 +20,18 @@ namespace {
 
 constexpr int kMaxChunks = kMaxHeadDim / 16;
 
-inline __m512 load16(const void* p, bool bf16, int64_t i) {
-  if (bf16) {
-    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-}
-
-inline void store16(void* p, bool bf16, int64_t i, __m512 y) {
-  if (!bf16) {
-    _mm512_storeu_ps(static_cast<float*>(p) + i, y);
-    return;
-  }
-  __m512i u = _mm512_castps_si512(y);  // round to nearest even
-  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)),
-                                           _mm512_set1_epi32(0x7FFF)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i),
-                      _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
-}
-
-// exp(x) for x <= 0: 2^n * P(r), x = n ln2 + r, |r| <= ln2 / 2, P of degree 6 (rel. error ~2e-7).
-inline __m512 exp_neg(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  __m512 p = _mm512_set1_ps(1.f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // s[0, n) <- exp(s - max s) in place; returns 1 / sum of those (0 when n == 0).
 float softmax_in_place(float* s, int64_t n) {
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+    const __mmask16 m = tail16(n - j);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, s + j));
   }
   const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(m, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), mx)));
+    const __mmask16 m = tail16(n - j);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), mx)));
     _mm512_mask_storeu_ps(s + j, m, e);
     vsum = _mm512_add_ps(vsum, e);
   }

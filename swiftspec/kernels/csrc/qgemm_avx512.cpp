@@ -8,22 +8,11 @@
 
 #include <cstring>
 
+#include "avx512_util.h"
 #include "qgemm.h"
 
 namespace swiftspec {
 namespace {
-
-inline __mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
-inline __m512 load_x16(const void* x, bool bf16, int64_t i, __mmask16 m) {
-  if (bf16) {
-    __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x) + i);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_maskz_loadu_ps(m, static_cast<const float*>(x) + i);
-}
 
 // Quantizes x[k0, k0 + blk) of one row (zeros past kend); the 4-byte k-groups go to dst[g * step].
 // Returns the scale; *sum gets the sum of the int8 values.
@@ -31,14 +20,14 @@ float quantize_block(const void* x, bool bf16, int64_t k0, int64_t kend, int blk
                      int64_t step, int32_t* sum) {
   __m512 amax = _mm512_setzero_ps();
   for (int i = 0; i < blk; i += 16) {
-    amax = _mm512_max_ps(amax, _mm512_abs_ps(load_x16(x, bf16, k0 + i, tail_mask(kend - k0 - i))));
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(x, bf16, k0 + i, tail16(kend - k0 - i))));
   }
   const float a = _mm512_reduce_max_ps(amax);
   const __m512 vinv = _mm512_set1_ps(a > 0.f ? 127.f / a : 0.f);
   __m512i s = _mm512_setzero_si512();
   alignas(16) int32_t g[4];
   for (int i = 0; i < blk; i += 16) {
-    const __m512 v = load_x16(x, bf16, k0 + i, tail_mask(kend - k0 - i));
+    const __m512 v = load16(x, bf16, k0 + i, tail16(kend - k0 - i));
     __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, vinv));  // round half to even
     q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
     s = _mm512_add_epi32(s, q);
@@ -61,7 +50,7 @@ inline __m256i to_bf16(__m512 y) {
 template <int R>
 void store_rows(const OutSpec& o, int64_t t, int64_t r0, __m512 (&acc)[R]) {
   const int64_t n0 = t * kTileN;
-  const __mmask16 m = tail_mask(o.N - n0);
+  const __mmask16 m = tail16(o.N - n0);
   const __m512 b = o.bias ? _mm512_maskz_loadu_ps(m, o.bias + n0) : _mm512_setzero_ps();
   for (int r = 0; r < R; ++r) {
     const __m512 y = _mm512_add_ps(acc[r], b);
