@@ -113,7 +113,7 @@ class SerialEngine:
     def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats) -> list[int]:
         """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
-        floor = self.costs.min_weight() if self.cfg.adaptive else -math.inf
+        floor = self.costs.min_weight() if self._adapts(params) else -math.inf
         expansions = self.drafter.draft(self.depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         sub = self.drafter.subtree(self.cfg.verify_size)  # best bs nodes at the root
         t1 = time.perf_counter()
@@ -130,6 +130,12 @@ class SerialEngine:
         stats.rounds += 1
         stats.accept_lengths.append(len(emitted))
         return emitted
+
+    def _adapts(self, params: SamplingParams) -> bool:
+        """Adaptive rounds shape the tree by measured times, and a sampled tree's shape decides which
+        random draws verification makes: a seeded sampled request keeps fixed rounds, so the same
+        seed gives the same output.  Greedy output never depends on the tree."""
+        return bool(self.cfg.adaptive) and (params.greedy or params.seed is None)
 
     def close(self) -> None:
         self.target = self.drafter = None
