@@ -80,13 +80,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch
     devices use grouped_attention (SDPA)."""
     tokens, head_dim = q.shape[0], q.shape[-1]
     if (q.device.type == "cpu" and tokens <= cpu_ext.MAX_SMALL_ROWS and head_dim % 16 == 0
-            and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.has_attention()):
+            and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.has_avx512()):
         return cpu_ext.masked_attention(q, k, v, row_mask[:tokens])
     return grouped_attention(q, k, v, row_mask)
 
 
 def _cpu_rowwise(x: torch.Tensor) -> bool:
-    return x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and cpu_ext.has_attention()
+    return x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and cpu_ext.has_avx512()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -30,7 +30,7 @@ _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
 ISA_NAMES = {0: "none", 1: "avx2", 2: "avx512-vnni"}
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
-_state: dict[str, object] = {}  # "ext": the module (None after a failed build); has_bf16/has_attention
+_state: dict[str, object] = {}  # "ext": the module (None after a failed build); has_bf16/has_avx512
 
 
 def cache_dir() -> Path:
@@ -123,13 +123,13 @@ def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])
 
 
-def has_attention() -> bool:
+def has_avx512() -> bool:
     """True if the extension is built and this CPU runs its AVX-512 kernels other than the linears
     (masked attention, RMSNorm, SwiGLU activation)."""
-    if "attention" not in _state:
+    if "avx512" not in _state:
         ext = load()
-        _state["attention"] = ext is not None and ext.detect_isa() == 2
-    return bool(_state["attention"])
+        _state["avx512"] = ext is not None and ext.detect_isa() == 2
+    return bool(_state["avx512"])
 
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -80,6 +80,7 @@ class SerialEngine:
         self.depth = PROFILE_DEPTH
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
         for _ in range(2):
+            self.costs = RoundCosts()  # both times come from the last warm-up alone
             for _ in self.generate(prompt, SamplingParams(), 16):
                 pass
         t_verify, t_expand = self.stats.verify_s / max(1, self.stats.rounds), self.costs.expand_s

@@ -10,6 +10,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "avx512_util.h"
@@ -18,7 +19,7 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kMaxChunks = kMaxHeadDim / 16;
+constexpr int64_t kMaxHeads = 16;  // query heads per attend_group call
 
 // s[0, n) <- exp(s - max s) in place; returns 1 / sum of those (0 when n == 0).
 float softmax_in_place(float* s, int64_t n) {
@@ -39,33 +40,10 @@ float softmax_in_place(float* s, int64_t n) {
   return n > 0 ? 1.f / sum : 0.f;
 }
 
-// One query head over the n compact slots idx[0, n): writes out[0, D).  s: n floats of scratch.
-void attend(const AttnArgs& a, const void* q, int64_t g, const int32_t* idx, int64_t n, float* s, void* out) {
-  const int chunks = static_cast<int>(a.D / 16);
-  __m512 qv[kMaxChunks];
-  for (int c = 0; c < chunks; ++c) qv[c] = load16(q, a.bf16, c * 16);
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
-    __m512 acc = _mm512_setzero_ps();
-    for (int c = 0; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[c], load16(a.k, a.bf16, off + c * 16), acc);
-    s[j] = _mm512_reduce_add_ps(acc) * a.scale;
-  }
-  const float inv_sum = softmax_in_place(s, n);
-  __m512 acc[kMaxChunks];
-  for (int c = 0; c < chunks; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
-    const __m512 p = _mm512_set1_ps(s[j]);
-    for (int c = 0; c < chunks; ++c) acc[c] = _mm512_fmadd_ps(p, load16(a.v, a.bf16, off + c * 16), acc[c]);
-  }
-  const __m512 inv = _mm512_set1_ps(inv_sum);
-  for (int c = 0; c < chunks; ++c) store16(out, a.bf16, c * 16, _mm512_mul_ps(acc[c], inv));
-}
-
-// All query heads of KV head g (qs: `group` rows of q, row stride q_ld_h elements) over the compact
-// slots idx[0, n), for a head dim of CH x 16: each K and V row is loaded and widened once for the
-// whole group instead of once per head.  Per head, every score, the softmax and the V sum run the
-// same operations in the same order as attend(), so the results are bit-identical to it.
+// Query heads of KV head g (qs: `group` <= kMaxHeads rows of q, row stride q_ld_h elements) over
+// the compact slots idx[0, n), for a head dim of CH x 16: each K and V row is loaded and widened
+// once for all of them.  Per head the order is fixed: each score is one FMA chain over the CH
+// chunks and a horizontal sum, then the softmax, then the V sum over slots in list order.
 // s: group * n floats of scratch.  Heads go in blocks of HB so that HB x CH V accumulators, HB
 // probabilities and one V vector fit the 32 vector registers (lanes of heads past the group's end
 // accumulate zeros and are never stored).
@@ -74,7 +52,7 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
                   float* s, char* out) {
   constexpr int HB = CH <= 4 ? 5 : 3;
   const int64_t esz = a.bf16 ? 2 : 4;
-  alignas(64) float qf[16][CH * 16];  // this group's queries in fp32 (group <= 16)
+  alignas(64) float qf[kMaxHeads][CH * 16];  // these heads' queries in fp32
   for (int64_t h = 0; h < group; ++h) {
     for (int c = 0; c < CH; ++c) _mm512_store_ps(qf[h] + c * 16, load16(qs + h * a.q_ld_h * esz, a.bf16, c * 16));
   }
@@ -90,7 +68,7 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
       s[h * n + j] = _mm512_reduce_add_ps(acc) * a.scale;
     }
   }
-  float inv[16];
+  float inv[kMaxHeads];
   for (int64_t h = 0; h < group; ++h) inv[h] = softmax_in_place(s + h * n, n);
   for (int64_t h0 = 0; h0 < group; h0 += HB) {
     const int hb = static_cast<int>(group - h0 < HB ? group - h0 : HB);
@@ -118,10 +96,18 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
   }
 }
 
+using GroupFn = void (*)(const AttnArgs&, const char*, int64_t, int64_t, const int32_t*, int64_t, float*, char*);
+static_assert(kMaxHeadDim == 256, "one attend_group per head dim 16, 32, ..., 256");
+constexpr GroupFn kByChunks[] = {attend_group<1>,  attend_group<2>,  attend_group<3>,  attend_group<4>,
+                                 attend_group<5>,  attend_group<6>,  attend_group<7>,  attend_group<8>,
+                                 attend_group<9>,  attend_group<10>, attend_group<11>, attend_group<12>,
+                                 attend_group<13>, attend_group<14>, attend_group<15>, attend_group<16>};
+
 }  // namespace
 
 void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores) {
   const int64_t group = a.H / a.Hkv, esz = a.bf16 ? 2 : 4;
+  const GroupFn attend = kByChunks[a.D / 16 - 1];
   for (int64_t w = w0; w < w1; ++w) {  // work item w = (row t, KV head g)
     const int64_t t = w / a.Hkv, g = w % a.Hkv;
     const bool* mrow = a.mask + t * a.mask_ld;
@@ -129,14 +115,10 @@ void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* 
     for (int64_t s = 0; s < a.S; ++s) {
       if (mrow[s]) idx[n++] = static_cast<int32_t>(s);
     }
-    const char* qs = static_cast<const char*>(a.q) + (t * a.q_ld_t + g * group * a.q_ld_h) * esz;
-    char* outs = static_cast<char*>(a.out) + (t * a.H + g * group) * a.D * esz;
-    if (a.D == 64 && group <= 16) {
-      attend_group<4>(a, qs, group, g, idx, n, scores, outs);
-    } else if (a.D == 128 && group <= 16) {
-      attend_group<8>(a, qs, group, g, idx, n, scores, outs);
-    } else {
-      for (int64_t h = 0; h < group; ++h) attend(a, qs + h * a.q_ld_h * esz, g, idx, n, scores, outs + h * a.D * esz);
+    for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += kMaxHeads) {
+      const int64_t heads = std::min(kMaxHeads, (g + 1) * group - h0);
+      const char* qs = static_cast<const char*>(a.q) + (t * a.q_ld_t + h0 * a.q_ld_h) * esz;
+      attend(a, qs, heads, g, idx, n, scores, static_cast<char*>(a.out) + (t * a.H + h0) * a.D * esz);
     }
   }
 }

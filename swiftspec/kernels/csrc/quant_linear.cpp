@@ -30,6 +30,12 @@ int64_t detect_isa() {
   return avx2 ? 1 : 0;
 }
 
+// AVX-512 (F, BW, VL, DQ + VNNI), detected once: the attention and row-wise kernels need it.
+bool has_avx512() {
+  static const bool ok = detect_isa() == 2;
+  return ok;
+}
+
 int64_t pick_isa(int64_t requested) {
   static const int64_t best = detect_isa();
   TORCH_CHECK(best > 0, "quant_linear: this CPU has neither AVX-512 VNNI nor AVX2/FMA/F16C");
@@ -182,7 +188,7 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
 // attention_avx512.cpp for the numerics.  Rows of T run in parallel per KV head.
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                             double scale) {
-  TORCH_CHECK(detect_isa() == 2, "masked_attention: needs AVX-512");
+  TORCH_CHECK(has_avx512(), "masked_attention: needs AVX-512");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && mask.dim() == 2, "masked_attention: bad ranks");
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k.size(1), S = mask.size(1);
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type() &&
@@ -206,7 +212,7 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 // Shared checks of the row-wise ops: a 2-D CPU tensor of bf16 or fp32 with unit column stride.
 void check_rows(const at::Tensor& x, const char* what) {
-  TORCH_CHECK(detect_isa() == 2, what, ": needs AVX-512");
+  TORCH_CHECK(has_avx512(), what, ": needs AVX-512");
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.stride(1) == 1, what, ": x must be a [rows, n] CPU tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, what, ": bf16 or fp32");
 }
