@@ -2,7 +2,7 @@
 noise hits them alike (the bench CLI loads one mode at a time within a group).
 
 Run: .venv/bin/python bench/ab.py SPEC [SPEC ...] [--prompts 6] [--max-tokens 128]
-  SPEC = mode:draft_weights:depth:adaptive[:target_weights], e.g. chain:int8:4:0 tree:int8:7:1
+  SPEC = mode:draft_weights:depth:adaptive[:target_weights[:verify_size]], e.g. chain:int8:4:0 tree:int8:7:1
 Prints decode tok/s (prefill excluded), acceptance length and time per round for each SPEC.
 """
 
@@ -19,9 +19,10 @@ from swiftspec.sampling import SamplingParams
 
 
 def engine(spec: str):
-    mode, draft_weights, depth, adaptive, target_weights = (spec.split(":") + ["bf16"])[:5]
+    mode, draft_weights, depth, adaptive, target_weights, verify_size = (spec.split(":") + ["bf16", "8"])[:6]
+    tree = TreeConfig(depth=int(depth), adaptive=int(adaptive), verify_size=int(verify_size))
     return build_engine(EngineConfig(
-        mode=mode, tree=TreeConfig(depth=int(depth), adaptive=int(adaptive)),
+        mode=mode, tree=tree,
         target_load=LoadConfig(weights=target_weights), draft_load=LoadConfig(weights=draft_weights)))
 
 

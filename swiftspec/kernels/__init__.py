@@ -1,5 +1,6 @@
 """The one kernel dispatch point: `linear` picks F.linear, the C++ bf16/quantized CPU kernels or
-their torch reference; `attention` the C++ layout-invariant CPU attention or SDPA;
+their torch reference; `attention` the C++ layout-invariant CPU attention or SDPA; `cpu_decoder`
+fuses a whole stack of decoder layers into one C++ call on CPU (its reference: the unfused model);
 `rms_norm` and `swiglu_act` the C++ row-wise kernels on CPU; `tree_attention`, `swiglu` and
 `swiglu_act` pick Triton on CUDA tensors when Triton is importable (`use_triton`); each falls back
 to its torch reference.  The quantized-weight formats and model
@@ -18,6 +19,8 @@ from swiftspec.kernels.convert import (
     quantize_model_,
     quantize_weight,
 )
+from swiftspec.kernels.decoder import MAX_FUSED_ROWS as MAX_FUSED_CPU_ROWS
+from swiftspec.kernels.decoder import CpuDecoder, LayerWeights, cpu_decoder
 from swiftspec.kernels.quant import (
     QuantWeight,
     dequantize,
@@ -37,7 +40,8 @@ from swiftspec.kernels.swiglu import (
 from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
-    "QuantWeight", "attention", "dequantize", "linear", "prepare_model_", "prepare_weight",
+    "CpuDecoder", "LayerWeights", "MAX_FUSED_CPU_ROWS", "QuantWeight", "attention", "cpu_decoder",
+    "dequantize", "linear", "prepare_model_", "prepare_weight",
     "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
     "rms_norm", "rms_norm_ref",

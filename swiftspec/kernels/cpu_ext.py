@@ -22,7 +22,7 @@ from swiftspec.kernels.quant import QuantWeight
 
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp",
-            "attention_avx512.cpp", "rowwise_avx512.cpp")
+            "attention_avx512.cpp", "rowwise_avx512.cpp", "decoder_cpu.cpp")
 MAX_SMALL_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp; larger calls (prefill) go to oneDNN and SDPA
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
+from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.errors import UserError
 from swiftspec.model.args import ModelArgs
@@ -50,6 +51,18 @@ class DecoderLayer(nn.Module):
         """x [T, hidden] -> [T, hidden]."""
         x = x + self.self_attn(self.input_layernorm(x), inputs, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def fused_weights(self) -> kernels.LayerWeights:
+        """This layer's weights as kernels.cpu_decoder takes them."""
+        attn, mlp = self.self_attn, self.mlp
+        return kernels.LayerWeights(
+            input_norm=self.input_layernorm.weight, post_norm=self.post_attention_layernorm.weight,
+            qkv=attn.qkv_proj.weight, qkv_bias=attn.qkv_proj.bias, o=attn.o_proj.weight, o_bias=attn.o_proj.bias,
+            gate_up=mlp.gate_up_proj.weight, down=mlp.down_proj.weight,
+        )
+
+    def linears(self) -> list[nn.Module]:
+        return [self.self_attn.qkv_proj, self.self_attn.o_proj, self.mlp.gate_up_proj, self.mlp.down_proj]
 
 
 class DecoderStack(nn.Module):
@@ -95,6 +108,10 @@ class Transformer(nn.Module):
             args.head_dim, args.rope_theta, args.rope_scaling,
             min(args.max_position_embeddings, INITIAL_ROPE_LENGTH), dtype, device,
         )
+        self.fuse_cpu_layers = True  # run few-row CPU calls through kernels.cpu_decoder where it applies
+        self._linears = [m for layer in self.model.layers for m in layer.linears()]
+        self._fused_key: list = []  # the linear weights self._fused was built from
+        self._fused: kernels.CpuDecoder | None = None
 
     def new_cache(self, max_len: int) -> KVCache:
         """An empty cache shaped for this model on this rank (local KV heads, model dtype and device)."""
@@ -109,9 +126,29 @@ class Transformer(nn.Module):
         attend; S = mask.shape[1] and every attended slot is < S). Returns hidden [T, hidden].
         """
         self.rope.ensure(cache.max_len)  # positions never exceed the cache length
+        fused = self._cpu_decoder(tokens.shape[0])
+        if fused is not None:  # one C++ call runs every layer
+            x = self.model.embed_tokens(tokens)  # [T, hidden]
+            return fused(x, cache.k, cache.v, slots, self.rope.cos[positions], self.rope.sin[positions], mask)
         inputs = AttentionInputs.build(self.rope.angles(positions), slots, mask, self.group)
         with cpu_gemv_path(tokens.shape[0], self.device):
             return self.model(tokens, inputs, cache)
+
+    def _cpu_decoder(self, rows: int) -> kernels.CpuDecoder | None:
+        """The fused CPU forward of the layers (kernels.cpu_decoder) for a call of `rows` tokens, or
+        None where it does not apply; rebuilt whenever a linear weight was replaced (prepare_model_
+        packs them after loading; loads copy into the same tensors, which the fused forward shares)."""
+        if rows > kernels.MAX_FUSED_CPU_ROWS or not self.fuse_cpu_layers or self.parallel.tp_size > 1 \
+                or self.device.type != "cpu":
+            return None
+        weights = [m.weight for m in self._linears]
+        if len(weights) != len(self._fused_key) or any(a is not b for a, b in zip(weights, self._fused_key)):
+            self._fused_key = weights
+            self._fused = kernels.cpu_decoder(
+                [layer.fused_weights() for layer in self.model.layers], self.model.norm.weight,
+                self.args.rms_norm_eps, self.group * self.num_kv_heads, self.num_kv_heads, self.args.head_dim,
+            )
+        return self._fused
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [T, hidden] -> logits [T, vocab] float32."""

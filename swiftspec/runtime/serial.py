@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -23,34 +23,61 @@ from swiftspec.runtime.target import TreeVerifier
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
+VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
 COST_SMOOTHING = 0.2  # weight of the latest round in the running cost averages
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTimes:
+    """What one serial round measured."""
+
+    draft_s: float  # drafting and subtree selection
+    expansions: int  # draft forwards
+    nodes: int  # nodes verified
+    verify_s: float  # the target forward and verification over them
+    round_s: float  # the whole round
+    tokens: int  # tokens emitted
+
+
+def _smooth(old: float, new: float) -> float:
+    return new if not old else (1 - COST_SMOOTHING) * old + COST_SMOOTHING * new
 
 
 @dataclass(slots=True)
 class RoundCosts:
-    """Running averages of one draft expansion's time and of the round time per emitted token.
+    """Running averages of the serial round's costs, for adaptive rounds (TreeConfig.adaptive).
 
-    Expanding a leaf whose draft path probability is P adds at most P expected tokens, and costs
-    an expansion; the round's tokens cost token_s each.  So below P = expand_s / token_s a leaf
-    slows decoding down, and with `adaptive` the serial tree skips it: a round ends early where
-    the draft is unsure, and goes up to d deep where it is sure (a chain cannot do either)."""
+    Drafting: expanding a leaf whose draft path probability is P adds at most P expected tokens
+    and costs an expansion; the round's tokens cost token_s each.  So below P = expand_s / token_s
+    a leaf slows decoding down and is skipped: a round ends early where the draft is unsure, and
+    goes up to d deep where it is sure (a chain cannot do either).
+    Verification: verify_s[n - 1] is the time to verify n nodes; the subtree keeps the nodes that
+    repay their rows (tree.best_size), with other_s the round's time outside drafting and
+    verification."""
 
     expand_s: float = 0.0
     token_s: float = 0.0
+    other_s: float = 0.0
+    verify_s: list[float] = field(default_factory=list)  # [bs]; empty until profiled
 
-    def update(self, draft_s: float, expansions: int, round_s: float, tokens: int) -> None:
-        a = COST_SMOOTHING
-        if expansions:
-            e = draft_s / expansions
-            self.expand_s = e if not self.expand_s else (1 - a) * self.expand_s + a * e
-        t = round_s / max(1, tokens)
-        self.token_s = t if not self.token_s else (1 - a) * self.token_s + a * t
+    def update(self, r: RoundTimes) -> None:
+        if r.expansions:
+            self.expand_s = _smooth(self.expand_s, r.draft_s / r.expansions)
+        self.token_s = _smooth(self.token_s, r.round_s / max(1, r.tokens))
+        self.other_s = _smooth(self.other_s, max(0.0, r.round_s - r.draft_s - r.verify_s))
+        if 0 < r.nodes <= len(self.verify_s):
+            self.verify_s[r.nodes - 1] = _smooth(self.verify_s[r.nodes - 1], r.verify_s)
 
     def min_weight(self) -> float:
         """log of the break-even path probability (-inf until both costs are known)."""
         if not self.expand_s or not self.token_s:
             return -math.inf
         return math.log(min(1.0, self.expand_s / self.token_s))
+
+    def verify_costs(self) -> torch.Tensor | None:
+        """verify_s as a [bs] tensor made non-decreasing (more rows never cost less; a noisy
+        measurement must not make a larger subtree look cheaper), None until profiled."""
+        return torch.tensor(self.verify_s).cummax(0).values if self.verify_s else None
 
 
 class SerialEngine:
@@ -65,6 +92,8 @@ class SerialEngine:
         self.stats = GenerationStats()
         self.costs = RoundCosts()
         self.depth = cfg.depth or (self._adaptive_depth() if cfg.adaptive else self._profile_depth())
+        if cfg.adaptive:
+            self.costs.verify_s = self._profile_verify()
 
     def _adaptive_depth(self) -> int:
         """With the cost rule (RoundCosts) ending rounds, d only caps them: the deepest a bs-node
@@ -88,6 +117,26 @@ class SerialEngine:
         log.warning("tree: t_target %.1f ms, t_draft %.1f ms per expansion; using d=%d",
                     1e3 * t_verify, 1e3 * t_expand, depth)
         return depth
+
+    def _profile_verify(self) -> list[float]:
+        """Seconds to verify n = 1..bs nodes (a chain after the warm-up prompt): the best of
+        VERIFY_PROFILE_RUNS passes after an untimed one.  Logged."""
+        prompt = self.tokenizer.encode(WARMUP_PROMPT)
+        self.target.prefill(prompt)
+        kv, device, bs = self.target.runner.kv, self.target.runner.device, self.cfg.verify_size
+        best = [math.inf] * bs
+        for run in range(VERIFY_PROFILE_RUNS + 1):
+            for n in range(1, bs + 1):
+                tokens = torch.tensor((prompt * bs)[:n], device=device)  # [n]
+                t = time.perf_counter()
+                logits = self.target.forward_tree(tokens, torch.arange(n, device=device),
+                                                  torch.ones(n, n, dtype=torch.bool, device=device).tril())
+                logits[0, 0].item()  # waits for the device
+                if run:
+                    best[n - 1] = min(best[n - 1], time.perf_counter() - t)
+                kv.reset(kv.prefix_len)  # drop the nodes
+        log.warning("tree: verifying 1..%d nodes takes %s ms", bs, " ".join(f"{1e3 * s:.1f}" for s in best))
+        return best
 
     def generate(
         self,
@@ -114,18 +163,20 @@ class SerialEngine:
     def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats) -> list[int]:
         """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
-        floor = self.costs.min_weight() if self._adapts(params) else -math.inf
+        adapt = self._adapts(params)
+        floor = self.costs.min_weight() if adapt else -math.inf
         expansions = self.drafter.draft(self.depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
-        sub = self.drafter.subtree(self.cfg.verify_size)  # best bs nodes at the root
+        costs = self.costs.verify_costs() if adapt else None  # verify only the nodes that repay it
+        sub = self.drafter.subtree(self.cfg.verify_size, costs, time.perf_counter() - t0 + self.costs.other_s)
         t1 = time.perf_counter()
-        logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [bs, V]
+        logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
         acc = self.target.verify(sub.tokens, sub.parents, logits, params, rng)
-        emitted = acc.tokens.tolist()  # the one host sync of the round
+        emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
         self.target.commit(acc.path[: len(emitted)])
         t2 = time.perf_counter()
         self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         t3 = time.perf_counter()
-        self.costs.update(t1 - t0, expansions, t3 - t0, len(emitted))
+        self.costs.update(RoundTimes(t1 - t0, expansions, sub.tokens.shape[0], t2 - t1, t3 - t0, len(emitted)))
         stats.draft_s += (t1 - t0) + (t3 - t2)
         stats.verify_s += t2 - t1
         stats.rounds += 1

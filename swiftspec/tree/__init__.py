@@ -2,7 +2,7 @@
 
 from swiftspec.tree.grow import grow, sample_children, select_leaves, topk_children
 from swiftspec.tree.reroot import Reroot, reroot
-from swiftspec.tree.subtree import Subtree, draft_mask, select_subtree
+from swiftspec.tree.subtree import Subtree, best_size, draft_mask, select_subtree
 from swiftspec.tree.tree import (
     TokenTree,
     ancestor_mask,
@@ -20,6 +20,7 @@ __all__ = [
     "Subtree",
     "TokenTree",
     "ancestor_mask",
+    "best_size",
     "depths",
     "depths_from_parents",
     "draft_mask",

@@ -1,4 +1,5 @@
-"""What leaves the tree: the best-bs subtree for the target, and the draft's non-square mask."""
+"""What leaves the tree: the best-bs subtree for the target (or the part of it that repays its
+verification), and the draft's non-square mask."""
 
 from __future__ import annotations
 
@@ -21,20 +22,29 @@ class Subtree:
     mask: Tensor  # [n, n] bool; row i marks i and its ancestors
 
 
-def select_subtree(tree: TokenTree, size: int) -> Subtree:
-    """The `size` best nodes by weight (root always in), as a Subtree. No host sync.
+def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spent_s: float = 0.0) -> Subtree:
+    """The `size` best nodes by weight (root always in), as a Subtree (no host sync).
 
     Nodes are ranked by the smallest weight on their root path, ties to the lower index. That
     key never grows from parent to child and a parent's index is lower, so the chosen set is
     ancestor-closed even with float ties or log-probs above 0. With log-probs <= 0 the key is
     the weight, and the set has the largest total weight of any ancestor-closed set its size.
+
+    costs [size] (seconds; costs[n - 1] verifies n nodes): keep only the first best_size() nodes
+    of the ranking, the ones that repay their verification; one host sync (the kept count).
     """
     if size < 1:
         raise ValueError(f"a subtree holds at least the root, got size {size}")
     mask = ancestor_mask(tree)  # [N, N]
     inf = torch.tensor(float("inf"), device=mask.device)
     key = torch.where(mask, tree.weights, inf).amin(-1)
-    nodes = key.sort(descending=True, stable=True).indices[:size].sort().values
+    ranked = key.sort(descending=True, stable=True)
+    nodes = ranked.indices[:size]  # [n] best first
+    if costs is not None:
+        n = nodes.shape[0]
+        keep = torch.arange(n, device=nodes.device) < best_size(ranked.values[:n], costs[:n], spent_s)
+        nodes = nodes[keep]
+    nodes = nodes.sort().values
     local = torch.full_like(tree.parents, -1)
     local[nodes] = torch.arange(nodes.shape[0], device=nodes.device)
     parents = tree.parents[nodes]
@@ -46,6 +56,21 @@ def select_subtree(tree: TokenTree, size: int) -> Subtree:
         depths=sub_mask.sum(-1) - 1,
         mask=sub_mask,
     )
+
+
+def best_size(ranked: Tensor, costs: Tensor, spent_s: float) -> Tensor:
+    """How many of the ranked nodes to verify: the n that maximizes the round's expected tokens per
+    second, (1 + sum of the n - 1 best non-root path probabilities) / (spent_s + costs[n - 1]).
+
+    ranked [m] float32: the ranking's keys, best first (the root's 0 first; the others are log
+    path probabilities); costs [m] float: seconds to verify 1..m nodes; spent_s: the round's
+    other time (drafting, bookkeeping).  Under the draft's own probabilities a node is accepted
+    with its path probability, and a round emits the accepted nodes and one more token, so a
+    node is worth its row only while its probability outweighs the time the row adds.  Returns
+    a 0-d int64 tensor in [1, m] (the smallest n on ties)."""
+    gain = ranked.exp().cumsum(0)  # [m]: expected tokens of the first 1..m nodes
+    rate = gain / (spent_s + costs.to(gain.device, gain.dtype))  # [m]
+    return rate.argmax() + 1
 
 
 def draft_mask(

@@ -11,7 +11,7 @@ import pytest
 from swiftspec.config import TreeConfig
 from swiftspec.draft import TreeDrafter
 from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
-from swiftspec.runtime.serial import RoundCosts, SerialEngine
+from swiftspec.runtime.serial import RoundCosts, RoundTimes, SerialEngine
 
 
 def test_serial_rule_matches_the_measured_best_depths() -> None:
@@ -51,10 +51,31 @@ def test_adaptive_engine_caps_rounds_at_the_subtree_depth(tiny_target, tiny_draf
 def test_round_costs_give_the_break_even_path_probability() -> None:
     costs = RoundCosts()
     assert costs.min_weight() == -math.inf  # nothing measured yet: expand everything
-    costs.update(draft_s=0.10, expansions=5, round_s=0.30, tokens=6)  # 20 ms per expansion, 50 ms per token
-    assert costs.min_weight() == pytest.approx(math.log(0.4))
-    costs.update(draft_s=0.0, expansions=0, round_s=0.10, tokens=1)  # no expansion: only the token cost moves
+    costs.update(RoundTimes(draft_s=0.10, expansions=5, nodes=8, verify_s=0.15, round_s=0.30, tokens=6))
+    assert costs.min_weight() == pytest.approx(math.log(0.4))  # 20 ms per expansion, 50 ms per token
+    costs.update(RoundTimes(0.0, 0, 8, 0.05, 0.10, 1))  # no expansion: only the token cost moves
     assert costs.expand_s == pytest.approx(0.02)
     assert costs.token_s == pytest.approx(0.8 * 0.05 + 0.2 * 0.10)
-    costs.update(draft_s=1.0, expansions=1, round_s=1.0, tokens=10)  # a draft dearer than a token
+    assert costs.other_s == pytest.approx(0.8 * 0.05 + 0.2 * 0.05)  # outside drafting and verification
+    costs.update(RoundTimes(1.0, 1, 8, 0.0, 1.0, 10))  # a draft dearer than a token
     assert costs.min_weight() <= 0.0
+
+
+def test_round_costs_track_the_verified_size_only() -> None:
+    costs = RoundCosts()
+    assert costs.verify_costs() is None  # not profiled: verify the whole subtree
+    costs.verify_s = [0.02, 0.03, 0.04]
+    costs.update(RoundTimes(0.01, 1, 2, 0.05, 0.07, 2))
+    assert costs.verify_costs().tolist() == pytest.approx([0.02, 0.8 * 0.03 + 0.2 * 0.05, 0.04])
+    costs.verify_s = [0.02, 0.05, 0.04]  # noise: three rows measured cheaper than two
+    assert costs.verify_costs().tolist() == pytest.approx([0.02, 0.05, 0.05])
+
+
+def test_adaptive_engine_profiles_every_verification_size(tiny_target, tiny_draft, caplog) -> None:
+    cfg = TreeConfig(depth=0, verify_size=5)
+    with caplog.at_level(logging.WARNING, logger="swiftspec"):
+        engine = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256)
+    assert len(engine.costs.verify_s) == 5 and all(0 < s < 10 for s in engine.costs.verify_s)
+    assert "verifying 1..5 nodes takes" in caplog.text
+    fixed = TreeConfig(depth=0, adaptive=0)
+    assert SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, fixed, 256), fixed, 256).costs.verify_s == []

@@ -11,7 +11,7 @@ from swiftspec.config import TreeConfig
 from swiftspec.draft import TreeDrafter
 from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
-from swiftspec.runtime.serial import RoundCosts, SerialEngine
+from swiftspec.runtime.serial import RoundCosts, RoundTimes, SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights import load_model
 
@@ -54,23 +54,24 @@ def test_tree_accepts_more_than_one_token_per_round(sharp_pair_dirs) -> None:
 
 
 class _FixedCosts(RoundCosts):
-    """A break-even that ignores measured times, so an adaptive tree's shape is reproducible."""
+    """Costs that ignore measured times, so an adaptive tree's shape is (nearly) reproducible."""
 
-    def update(self, draft_s: float, expansions: int, round_s: float, tokens: int) -> None:
+    def update(self, r: RoundTimes) -> None:
         pass
 
 
 @pytest.mark.parametrize("mode", ["tree", "chain", "tree-adaptive"])
 def test_sampling_matches_target_distribution(sharp_pair_dirs, mode) -> None:
     """At temperature 0.8, top-p 0.95, the first 3 tokens follow the target's exact distribution.
-    tree-adaptive: leaves below path probability 0.2 are skipped (seeded requests otherwise keep
-    fixed rounds), so trees of every shape the cost rule makes are verified."""
+    tree-adaptive: leaves below path probability 0.2 are skipped and each row verified costs a
+    third of a token (seeded requests otherwise keep fixed rounds), so trees and verified
+    subtrees of every shape the cost rules make are verified."""
     target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
     cfg = TreeConfig(depth=3 if mode == "tree-adaptive" else 2, budget=96)
     cfg = chain_config(cfg) if mode == "chain" else cfg
     engine = SerialEngine(target, TreeDrafter(draft.model, cfg, 256), cfg, 256)
     if mode == "tree-adaptive":
-        engine.costs = _FixedCosts(expand_s=0.01, token_s=0.05)
+        engine.costs = _FixedCosts(expand_s=0.01, token_s=0.05, verify_s=[0.05 * (2 + n) / 3 for n in range(8)])
         engine._adapts = lambda params: True
     params = SamplingParams(temperature=0.8, top_p=0.95)
     prompt = [11, 42, 7]

@@ -13,6 +13,7 @@ from swiftspec.sampling import make_generator
 from swiftspec.tree import (
     TokenTree,
     ancestor_mask,
+    best_size,
     depths,
     draft_mask,
     grow,
@@ -205,6 +206,31 @@ def test_subtree_is_best_ancestor_closed_set(tree, size):
 def test_subtree_stays_ancestor_closed_for_any_weights(tree, size):
     nodes = select_subtree(tree, size).nodes.tolist()
     assert nodes[0] == 0 and _ancestor_closed(tree.parents.tolist(), set(nodes))
+
+
+def test_best_size_maximizes_expected_tokens_per_second():
+    ranked = torch.tensor([1.0, 0.9, 0.5, 0.1]).log()  # the root, then path probabilities
+    # expected tokens 1, 1.9, 2.4, 2.5 over 1.0, 1.1, 1.2, 1.3 s: 2.4 / 1.2 is the best rate
+    assert best_size(ranked, torch.tensor([1.0, 1.1, 1.2, 1.3]), 0.0) == 3
+    assert best_size(ranked, torch.tensor([1.0, 1.0, 1.0, 1.0]), 0.0) == 4  # free rows: verify all
+    assert best_size(ranked, torch.tensor([0.1, 1.0, 2.0, 3.0]), 0.0) == 1  # dear rows: the root alone
+    assert best_size(ranked, torch.tensor([0.1, 0.2, 0.3, 0.4]), 5.0) == 4  # a costly draft repays every row
+
+
+@FAST
+@given(tree=trees(max_nodes=9), size=st.integers(1, 10), data=st.data())
+def test_subtree_with_costs_is_the_best_prefix_of_the_ranking(tree, size, data):
+    m = min(size, len(tree))
+    costs = torch.tensor(sorted(data.draw(st.lists(st.floats(0.01, 1.0), min_size=m, max_size=m))))
+    spent = data.draw(st.floats(0.0, 1.0))
+    sub = select_subtree(tree, size, costs, spent)
+    full = select_subtree(tree, size)
+    n = sub.nodes.numel()
+    assert 1 <= n <= m and torch.equal(sub.nodes, select_subtree(tree, n).nodes)
+    ranked = full.nodes[tree.weights[full.nodes].argsort(descending=True, stable=True)]
+    gain = tree.weights[ranked].exp().cumsum(0)
+    rates = gain / (spent + costs)
+    assert rates[n - 1] >= rates.max() - 1e-6
 
 
 @FAST

@@ -116,6 +116,43 @@ struct RowArgs {
 };
 void rms_norm_rows_avx512(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1);
 void silu_mul_rows_avx512(const RowArgs& a, int64_t r0, int64_t r1);
+// Residual add, then RMSNorm (rowwise_avx512.cpp), rows [r0, r1): x <- x + d (rounded to the
+// dtype), out <- rms_norm(x) * weight; x, d, out [rows, cols] with their own row strides.
+struct AddNormArgs {
+  void* x;
+  int64_t ldx;
+  const void* d;
+  int64_t ldd;
+  void* out;
+  int64_t ldo;
+  const void* weight;
+  int64_t cols;
+  float eps;
+  bool bf16;
+  int64_t esz;
+};
+void add_rms_norm_rows_avx512(const AddNormArgs& a, int64_t r0, int64_t r1);
+// RoPE and cache store of one layer (rowwise_avx512.cpp), tokens [t0, t1): the packed qkv row
+// [H + 2 Hkv heads of D] is split; q heads are rotated into q [T, H, D], k heads rotated into
+// k_cache[slots[t]] and v heads copied to v_cache[slots[t]] (cache rows [Hkv, D], slot stride
+// kv_ld_s).  cos, sin [T, D] rows hold HF's half-split tables (sin negated in the first half);
+// rotation is x cos + rotate_half(x) sin with the dtype's rounding after each product and the sum.
+struct RopeArgs {
+  const void* qkv;
+  int64_t ld_qkv;
+  const void* cos;
+  const void* sin;
+  int64_t ld_cs;
+  void* q;
+  void* k_cache;
+  void* v_cache;
+  int64_t kv_ld_s;
+  const int64_t* slots;
+  int64_t H, Hkv, D;
+  bool bf16;
+  int64_t esz;
+};
+void rope_store_rows_avx512(const RopeArgs& a, int64_t t0, int64_t t1);
 
 void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
 void bf16_cols_avx512(const Bf16Gemm& g, int64_t n0, int64_t n1);

@@ -9,16 +9,18 @@
 #include <atomic>
 #include <vector>
 
+#include "glue.h"
 #include "qgemm.h"
 
 namespace swiftspec {
 namespace {
 
-// 0: no usable ISA, 1: AVX2 + FMA + F16C, 2: AVX-512 (F, BW, VL, DQ) + VNNI.
 // Below this many (tile x K x row) steps, waking the thread pool costs more than it saves.
 constexpr int64_t kSerialWork = 1 << 15;
-constexpr int64_t kMaxBf16Rows = 16;  // larger batches (prefill) go to oneDNN
 
+}  // namespace
+
+// 0: no usable ISA, 1: AVX2 + FMA + F16C, 2: AVX-512 (F, BW, VL, DQ) + VNNI.
 int64_t detect_isa() {
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -30,11 +32,7 @@ int64_t detect_isa() {
   return avx2 ? 1 : 0;
 }
 
-// AVX-512 (F, BW, VL, DQ + VNNI), detected once: the attention and row-wise kernels need it.
-bool has_avx512() {
-  static const bool ok = detect_isa() == 2;
-  return ok;
-}
+namespace {
 
 int64_t pick_isa(int64_t requested) {
   static const int64_t best = detect_isa();
@@ -118,6 +116,12 @@ void parallel_chunks(int64_t n, int64_t work, const Fn& fn) {
 
 }  // namespace
 
+// AVX-512 (F, BW, VL, DQ + VNNI), detected once: the attention and row-wise kernels need it.
+bool has_avx512() {
+  static const bool ok = detect_isa() == 2;
+  return ok;
+}
+
 // y[M, N] = x[M, K] @ W^T (+ bias), W given in the packed format of swiftspec/kernels/quant.py.
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
                         const at::Tensor& d, const at::Tensor& mn, const c10::optional<at::Tensor>& bias,
@@ -199,15 +203,18 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
   TORCH_CHECK(mask.scalar_type() == at::kBool && mask.size(0) == T && mask.stride(1) == 1 && S <= k.size(0),
               "masked_attention: mask must be [T, S] bool with S <= cache length");
   at::Tensor out = at::empty({T, H, D}, q.options());
-  const AttnArgs a{q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1),
-                   mask.data_ptr<bool>(), mask.stride(0), out.data_ptr(), T, H, Hkv, D, S,
-                   q.scalar_type() == at::kBFloat16, static_cast<float>(scale)};
-  at::parallel_for(0, T * Hkv, 1, [&](int64_t w0, int64_t w1) {
+  run_attention({q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1),
+                 mask.data_ptr<bool>(), mask.stride(0), out.data_ptr(), T, H, Hkv, D, S,
+                 q.scalar_type() == at::kBFloat16, static_cast<float>(scale)});
+  return out;
+}
+
+void run_attention(const AttnArgs& a) {
+  at::parallel_for(0, a.T * a.Hkv, 1, [&](int64_t w0, int64_t w1) {
     thread_local std::vector<int32_t> idx;
     thread_local std::vector<float> scores;
-    attention_items_avx512(a, w0, w1, sized(idx, S), sized(scores, S * (H / Hkv)));
+    attention_items_avx512(a, w0, w1, sized(idx, a.S), sized(scores, a.S * (a.H / a.Hkv)));
   });
-  return out;
 }
 
 // Shared checks of the row-wise ops: a 2-D CPU tensor of bf16 or fp32 with unit column stride.
@@ -259,4 +266,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("masked_attention", &swiftspec::masked_attention, "layout-invariant masked attention (AVX-512)");
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding (AVX-512)");
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up (AVX-512)");
+  swiftspec::register_decoder(m);
 }
