@@ -19,7 +19,9 @@ from swiftspec.sampling import SamplingParams
 
 
 def engine(spec: str):
-    mode, draft_weights, depth, adaptive, target_weights, verify_size = (spec.split(":") + ["bf16", "8"])[:6]
+    fields = spec.split(":")
+    mode, draft_weights, depth, adaptive = fields[:4]
+    target_weights, verify_size = (fields[4:] + ["bf16", "8"][len(fields[4:]):])[:2]
     tree = TreeConfig(depth=int(depth), adaptive=int(adaptive), verify_size=int(verify_size))
     return build_engine(EngineConfig(
         mode=mode, tree=tree,
