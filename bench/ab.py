@@ -2,7 +2,8 @@
 noise hits them alike (the bench CLI loads one mode at a time within a group).
 
 Run: .venv/bin/python bench/ab.py SPEC [SPEC ...] [--prompts 6] [--max-tokens 128]
-  SPEC = mode:draft_weights:depth:adaptive[:target_weights[:verify_size]], e.g. chain:int8:4:0 tree:int8:7:1
+  SPEC = mode:draft_weights:depth:adaptive[:target_weights[:verify_size[:adaptive_verify]]],
+  e.g. chain:int8:4:0 tree:int8:7:1 tree:int4:0:1:int4:8:0
 Prints decode tok/s (prefill excluded), acceptance length and time per round for each SPEC.
 """
 
@@ -21,8 +22,9 @@ from swiftspec.sampling import SamplingParams
 def engine(spec: str):
     fields = spec.split(":")
     mode, draft_weights, depth, adaptive = fields[:4]
-    target_weights, verify_size = (fields[4:] + ["bf16", "8"][len(fields[4:]):])[:2]
-    tree = TreeConfig(depth=int(depth), adaptive=int(adaptive), verify_size=int(verify_size))
+    target_weights, verify_size, verify = (fields[4:] + ["bf16", "8", "1"][len(fields[4:]):])[:3]
+    tree = TreeConfig(depth=int(depth), adaptive=int(adaptive), verify_size=int(verify_size),
+                      adaptive_verify=int(verify))
     return build_engine(EngineConfig(
         mode=mode, tree=tree,
         target_load=LoadConfig(weights=target_weights), draft_load=LoadConfig(weights=draft_weights)))

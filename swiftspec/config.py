@@ -22,13 +22,15 @@ class TreeConfig:
     budget: int = 1024  # most nodes a tree may hold (a small budget starves the async tree's depth)
     chain_length: int = 4  # k: draft tokens per round in chain mode
     adaptive: int = 1  # serial tree: 1 = skip leaves not worth a draft forward (ends rounds early), 0 = off
+    adaptive_verify: int = 1  # serial tree with adaptive rounds: 1 = verify only nodes worth their rows, 0 = all bs
 
     def __post_init__(self) -> None:
         for name in ("width", "verify_size", "topk", "budget", "chain_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
-        if self.adaptive not in (0, 1):
-            raise ConfigError(f"tree setting adaptive must be 0 or 1, got {self.adaptive}")
+        for name in ("adaptive", "adaptive_verify"):
+            if getattr(self, name) not in (0, 1):
+                raise ConfigError(f"tree setting {name} must be 0 or 1, got {getattr(self, name)}")
         if self.depth < 0:
             raise ConfigError(f"tree depth must be >= 0, got {self.depth}")
         if self.budget < self.verify_size + self.width * self.topk:

@@ -92,7 +92,7 @@ class SerialEngine:
         self.stats = GenerationStats()
         self.costs = RoundCosts()
         self.depth = cfg.depth or (self._adaptive_depth() if cfg.adaptive else self._profile_depth())
-        if cfg.adaptive:
+        if cfg.adaptive and cfg.adaptive_verify:
             self.costs.verify_s = self._profile_verify()
 
     def _adaptive_depth(self) -> int:
@@ -119,8 +119,9 @@ class SerialEngine:
         return depth
 
     def _profile_verify(self) -> list[float]:
-        """Seconds to verify n = 1..bs nodes (a chain after the warm-up prompt): the best of
-        VERIFY_PROFILE_RUNS passes after an untimed one.  Logged."""
+        """Seconds to verify n = 1..bs nodes (target forward and greedy verification of a chain
+        after the warm-up prompt): the best of VERIFY_PROFILE_RUNS passes after an untimed one.
+        Logged."""
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
         self.target.prefill(prompt)
         kv, device, bs = self.target.runner.kv, self.target.runner.device, self.cfg.verify_size
@@ -128,10 +129,11 @@ class SerialEngine:
         for run in range(VERIFY_PROFILE_RUNS + 1):
             for n in range(1, bs + 1):
                 tokens = torch.tensor((prompt * bs)[:n], device=device)  # [n]
+                chain = torch.arange(n, device=device)  # [n]: depths, and parents + 1
+                mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # [n, n]
                 t = time.perf_counter()
-                logits = self.target.forward_tree(tokens, torch.arange(n, device=device),
-                                                  torch.ones(n, n, dtype=torch.bool, device=device).tril())
-                logits[0, 0].item()  # waits for the device
+                logits = self.target.forward_tree(tokens, chain, mask)
+                self.target.verify(tokens, chain - 1, logits, SamplingParams(), None).tokens.tolist()  # waits
                 if run:
                     best[n - 1] = min(best[n - 1], time.perf_counter() - t)
                 kv.reset(kv.prefix_len)  # drop the nodes

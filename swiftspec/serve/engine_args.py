@@ -18,6 +18,8 @@ _TREE_HELP = {
     "budget": "most nodes a draft tree may hold",
     "chain_length": "draft tokens per round in chain mode",
     "adaptive": "serial tree: 1 = expand only leaves whose draft probability repays a forward, 0 = always d",
+    "adaptive_verify": "serial tree with --adaptive 1: 1 = verify only the subtree nodes that repay their rows, "
+                       "0 = always bs",
 }
 
 

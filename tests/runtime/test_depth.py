@@ -77,5 +77,5 @@ def test_adaptive_engine_profiles_every_verification_size(tiny_target, tiny_draf
         engine = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256)
     assert len(engine.costs.verify_s) == 5 and all(0 < s < 10 for s in engine.costs.verify_s)
     assert "verifying 1..5 nodes takes" in caplog.text
-    fixed = TreeConfig(depth=0, adaptive=0)
-    assert SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, fixed, 256), fixed, 256).costs.verify_s == []
+    for off in (TreeConfig(depth=0, adaptive=0), TreeConfig(depth=0, adaptive_verify=0)):  # verify all bs
+        assert SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, off, 256), off, 256).costs.verify_s == []
