@@ -97,6 +97,7 @@ def test_not_used_where_it_does_not_apply() -> None:
     model = _model(args, torch.float32, "int8")
     assert model._cpu_decoder(kernels.MAX_FUSED_CPU_ROWS) is not None
     assert model._cpu_decoder(kernels.MAX_FUSED_CPU_ROWS + 1) is None  # prefill-sized calls
+    assert model._cpu_decoder(0) is None
 
 
 def test_bad_slot_is_a_clear_error() -> None:
