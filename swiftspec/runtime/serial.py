@@ -120,25 +120,29 @@ class SerialEngine:
 
     def _profile_verify(self) -> list[float]:
         """Seconds to verify n = 1..bs nodes (target forward and greedy verification of a chain
-        after the warm-up prompt): the best of VERIFY_PROFILE_RUNS passes after an untimed one.
-        Logged."""
+        after the warm-up prompt): the best of VERIFY_PROFILE_RUNS passes over the sizes, after
+        one untimed bs-node verification pays the one-time costs.  Logged."""
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
         self.target.prefill(prompt)
-        kv, device, bs = self.target.runner.kv, self.target.runner.device, self.cfg.verify_size
-        best = [math.inf] * bs
-        for run in range(VERIFY_PROFILE_RUNS + 1):
-            for n in range(1, bs + 1):
-                tokens = torch.tensor((prompt * bs)[:n], device=device)  # [n]
-                chain = torch.arange(n, device=device)  # [n]: depths, and parents + 1
-                mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # [n, n]
-                t = time.perf_counter()
-                logits = self.target.forward_tree(tokens, chain, mask)
-                self.target.verify(tokens, chain - 1, logits, SamplingParams(), None).tokens.tolist()  # waits
-                if run:
-                    best[n - 1] = min(best[n - 1], time.perf_counter() - t)
-                kv.reset(kv.prefix_len)  # drop the nodes
+        bs = self.cfg.verify_size
+        self._time_verify(prompt, bs)
+        passes = [[self._time_verify(prompt, n) for n in range(1, bs + 1)] for _ in range(VERIFY_PROFILE_RUNS)]
+        best = [min(times) for times in zip(*passes)]
         log.warning("tree: verifying 1..%d nodes takes %s ms", bs, " ".join(f"{1e3 * s:.1f}" for s in best))
         return best
+
+    def _time_verify(self, prompt: list[int], n: int) -> float:
+        """Seconds to verify a chain of n prompt tokens after the prefilled prefix, then drop it."""
+        kv, device = self.target.runner.kv, self.target.runner.device
+        tokens = torch.tensor((prompt * n)[:n], device=device)  # [n]
+        chain = torch.arange(n, device=device)  # [n]: depths, and parents + 1
+        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # [n, n]
+        t = time.perf_counter()
+        logits = self.target.forward_tree(tokens, chain, mask)
+        self.target.verify(tokens, chain - 1, logits, SamplingParams(), None).tokens.tolist()  # waits
+        elapsed = time.perf_counter() - t
+        kv.reset(kv.prefix_len)  # drop the nodes
+        return elapsed
 
     def generate(
         self,

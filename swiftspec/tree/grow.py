@@ -26,9 +26,10 @@ def select_leaves(tree: TokenTree, width: int, focus: int = 0, min_weight: float
     by_weight = tree.weights.sort(descending=True, stable=True).indices  # index order on ties
     unexpanded_first = tree.expanded[by_weight].to(torch.uint8).sort(stable=True).indices
     best = by_weight[unexpanded_first][:width]
-    keep = ~tree.expanded[best] & (tree.weights[best] >= min_weight)
+    weights = tree.weights[best]  # [<= width]
+    keep = ~tree.expanded[best] & (weights >= min_weight)
     if 0 < focus <= by_weight.numel():
-        keep &= tree.weights[best] >= tree.weights[by_weight[focus - 1]]
+        keep &= weights >= tree.weights[by_weight[focus - 1]]
     return best[keep]
 
 
