@@ -79,7 +79,7 @@ def make_impls(n: int, k: int, group: int) -> dict[str, Impl]:
         "int8": Impl(kernels.linear, _copies(lambda: _clone(q8), q8.nbytes)),
         "int4": Impl(kernels.linear, _copies(lambda: _clone(q4), q4.nbytes)),
     }
-    if cpu_ext.has_bf16():  # the small-M bf16 kernel (M <= 16) on the same weights
+    if cpu_ext.available("bf16_linear"):  # the small-M bf16 kernel (M <= 16) on the same weights
         impls["bf16-ours"] = Impl(kernels.linear, _copies(lambda: kernels.quantize_weight(w.clone(), "bf16"),
                                                           w.numel() * 2))
     return impls

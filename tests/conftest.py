@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from swiftspec.kernels import cpu_ext
+
 from swiftspec.testing import make_perturbed_draft, make_tiny_checkpoint
 from swiftspec.weights.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, is_pulled, model_path
 
@@ -51,3 +53,30 @@ def real_pair() -> RealPair:
     if not all(is_pulled(spec, cache) for spec in specs):
         pytest.skip(f"default model pair not pulled into {cache}")
     return RealPair(target=model_path(specs[0], cache), draft=model_path(specs[1], cache))
+
+
+# Every ISA level this CPU runs (empty where the kernels cannot be built): an AVX-512 host tests
+# its AVX2 paths too.  ISA_BOUNDS: the lowest and the highest, for the slower model-level tests.
+ISA_LEVELS = list(range(1, cpu_ext.detected_level() + 1))
+ISA_BOUNDS = sorted({ISA_LEVELS[0], ISA_LEVELS[-1]}) if ISA_LEVELS else []
+
+
+def run_at_level(monkeypatch: pytest.MonkeyPatch, level: int) -> None:
+    """Caps this process's kernels at `level` until monkeypatch undoes it (as SWIFTSPEC_ISA would
+    at start-up)."""
+    monkeypatch.setitem(cpu_ext._state, "level", level)
+    monkeypatch.setitem(cpu_ext._state, "paths", cpu_ext.kernel_paths(level))
+
+
+@pytest.fixture(params=ISA_LEVELS, ids=[cpu_ext.LEVEL_NAMES[lv] for lv in ISA_LEVELS])
+def isa_level(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The test runs once per ISA level this CPU has, with the process capped at it."""
+    run_at_level(monkeypatch, request.param)
+    return request.param
+
+
+@pytest.fixture(params=ISA_BOUNDS, ids=[cpu_ext.LEVEL_NAMES[lv] for lv in ISA_BOUNDS])
+def isa_bound(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The test runs at the lowest (AVX2) and the highest ISA level this CPU has."""
+    run_at_level(monkeypatch, request.param)
+    return request.param

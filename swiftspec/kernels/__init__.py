@@ -55,8 +55,8 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float32)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ weight^T (+ bias [N]).
 
-    Plain tensors go to F.linear.  A wrapped bf16 weight runs the AVX-512 BF16 kernel for a bf16
-    CPU x of at most cpu_ext.MAX_SMALL_ROWS rows on a CPU that has it, and F.linear otherwise.  An
+    Plain tensors go to F.linear.  A wrapped bf16 weight runs the small-M bf16 kernel for a bf16
+    CPU x of at most cpu_ext.MAX_SMALL_ROWS rows, and F.linear otherwise.  An
     int8/int4 QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
     is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
     otherwise (other devices or dtypes, or no compiler)."""
@@ -65,11 +65,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
     if weight.fmt == "bf16":
         rows = x.numel() // max(1, x.shape[-1])
         if x.dtype == torch.bfloat16 and x.device.type == "cpu" and rows <= cpu_ext.MAX_SMALL_ROWS \
-                and weight.device.type == "cpu" and cpu_ext.has_bf16():
+                and weight.device.type == "cpu" and cpu_ext.available("bf16_linear"):
             return cpu_ext.bf16_linear(x, weight.qweight, bias)
         return F.linear(x, weight.qweight, bias)
     if x.device.type == "cpu" and weight.device.type == "cpu" and x.dtype in _KERNEL_DTYPES:
-        if cpu_ext.load() is not None:
+        if cpu_ext.available("quant_linear"):
             return cpu_ext.quant_linear(x, weight, bias)
     return quant_linear_ref(x, weight, bias)
 
@@ -79,23 +79,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch
     [T, S] mask repeated per group member) -> [T, H, D].
 
     On CPU, calls of at most cpu_ext.MAX_SMALL_ROWS rows (decode, verification, draft expansion) run
-    the AVX-512 kernel whose result depends only on the ordered set of attended slots, so a tree
+    the C++ kernel whose result depends only on the ordered set of attended slots, so a tree
     node computes the bits its token gets when decoded alone; longer calls (prefill) and other
     devices use grouped_attention (SDPA)."""
     tokens, head_dim = q.shape[0], q.shape[-1]
     if (q.device.type == "cpu" and tokens <= cpu_ext.MAX_SMALL_ROWS and head_dim % 16 == 0
-            and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.has_avx512()):
+            and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.available("attention")):
         return cpu_ext.masked_attention(q, k, v, row_mask[:tokens])
     return grouped_attention(q, k, v, row_mask)
 
 
 def _cpu_rowwise(x: torch.Tensor) -> bool:
-    return x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and cpu_ext.has_avx512()
+    return x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and cpu_ext.available("rowwise")
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [..., n] / rms(x) * weight [n], normalized in float32 and rounded to x's dtype before the
-    weight (HF's order): the AVX-512 kernel on CPU, rms_norm_ref otherwise."""
+    weight (HF's order): the C++ kernel on CPU, rms_norm_ref otherwise."""
     if _cpu_rowwise(x) and weight.dtype == x.dtype:
         return cpu_ext.rms_norm(x, weight, eps)
     return rms_norm_ref(x, weight, eps)

@@ -72,14 +72,14 @@ def quantize_model_(model: nn.Module, fmt: str, group_size: int | None = None, *
 
 
 def _bf16_kernel_applies(w: torch.Tensor) -> bool:
-    return w.dtype == torch.bfloat16 and w.device.type == "cpu" and cpu_ext.has_bf16()
+    return w.dtype == torch.bfloat16 and w.device.type == "cpu" and cpu_ext.available("bf16_linear")
 
 
 def prepare_model_(model: nn.Module, fmt: str, *, lm_head: bool = True) -> list[str]:
     """Ready a loaded model's linear layers for `--weights fmt`, in place; returns their names.
 
     int8/int4: quantize_model_.  bf16: wrap each bf16 CPU weight for the small-M bf16 kernel when
-    this CPU has AVX-512 BF16 (weights on other devices or in other dtypes stay plain tensors)."""
+    the small-M bf16 kernel runs here (weights on other devices or in other dtypes stay plain tensors)."""
     if fmt != "bf16":
         return quantize_model_(model, fmt, lm_head=lm_head)
     first = next(model.parameters(), None)

@@ -4,8 +4,13 @@ row-wise RMSNorm and SwiGLU activation.
 
 The extension is compiled with torch.utils.cpp_extension.load into
 ``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>/`` (default cache: ~/.cache/swiftspec).  If it
-cannot be built or the CPU has neither AVX-512 VNNI nor AVX2, ``load()`` warns once and returns
-None, and callers use the torch reference instead.
+cannot be built or the CPU lacks AVX2/FMA/F16C, ``load()`` warns once and returns None, and callers
+use the torch reference instead.
+
+ISA levels (each a superset of the one below): 1 avx2 (AVX2 + FMA + F16C), 2 avx512 (+ AVX-512
+F/BW/VL/DQ), 3 avx512-vnni, 4 avx512-bf16.  The process runs at the best level this CPU has,
+capped by ``SWIFTSPEC_ISA`` (a level name), read once; each kernel then runs its best path at that
+level (``paths()``), so an AVX-512 machine can run and test every lower path.
 """
 
 from __future__ import annotations
@@ -18,19 +23,21 @@ from types import ModuleType
 
 import torch
 
+from swiftspec.errors import UserError
 from swiftspec.kernels.quant import QuantWeight
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = ("quant_linear.cpp", "qgemm_avx512.cpp", "qgemm_avx2.cpp", "bf16_gemm_avx512.cpp",
-            "attention_avx512.cpp", "rowwise_avx512.cpp", "decoder_cpu.cpp")
-MAX_SMALL_ROWS = 16  # kMaxBf16Rows in quant_linear.cpp; larger calls (prefill) go to oneDNN and SDPA
+MAX_SMALL_ROWS = 16  # kMaxSmallRows in glue.h; larger calls (prefill) go to the prefill paths
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
 _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
-ISA_NAMES = {0: "none", 1: "avx2", 2: "avx512-vnni"}
+LEVELS = {"none": 0, "avx2": 1, "avx512": 2, "avx512-vnni": 3, "avx512-bf16": 4}
+LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
+ISA_ENV = "SWIFTSPEC_ISA"
+OPS = ("quant_linear", "bf16_linear", "attention", "rowwise")
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
-_state: dict[str, object] = {}  # "ext": the module (None after a failed build); has_bf16/has_avx512
+_state: dict[str, object] = {}  # "ext": the module (None after a failed build); "level", "paths"
 
 
 def cache_dir() -> Path:
@@ -50,11 +57,11 @@ def _build() -> ModuleType:
         raise RuntimeError(f"kernels target x86-64 Linux, not {sys.platform}/{os.uname().machine}")
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
-    ext = load(name="swiftspec_qlinear", sources=[str(_CSRC / s) for s in _SOURCES],
-               extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=str(out),
-               verbose=False)
-    if ext.detect_isa() == 0:
-        raise RuntimeError("CPU has neither AVX-512 VNNI nor AVX2+FMA+F16C")
+    sources = sorted(str(p) for p in _CSRC.glob("*.cpp"))
+    ext = load(name="swiftspec_kernels", sources=sources, extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
+               extra_include_paths=[str(_CSRC)], build_directory=str(out), verbose=False)
+    if ext.detect_level() == 0:
+        raise RuntimeError("CPU lacks AVX2/FMA/F16C")
     return ext
 
 
@@ -66,20 +73,63 @@ def load() -> ModuleType | None:
         except Exception as e:  # noqa: BLE001 - any build failure means "use the reference"
             lines = str(e).strip().splitlines() or [type(e).__name__]
             reason = next((ln for ln in lines if "error:" in ln), lines[0]).strip()[:200]
-            warnings.warn(f"swiftspec: quantized CPU kernels unavailable ({reason}); "
-                          "using the slower torch reference", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"swiftspec: CPU kernels unavailable ({reason}); using the slower torch reference",
+                          RuntimeWarning, stacklevel=2)
             _state["ext"] = None
     return _state["ext"]
 
 
-def isa() -> str:
-    """Name of the ISA path the kernels run on here ("none" if unavailable)."""
+def detected_level() -> int:
+    """The best ISA level this CPU runs (0 where the kernels are unavailable)."""
     ext = load()
-    return ISA_NAMES[ext.detect_isa()] if ext is not None else "none"
+    return int(ext.detect_level()) if ext is not None else 0
+
+
+def level_cap() -> int:
+    """The cap SWIFTSPEC_ISA sets (a name of LEVELS; unset: no cap)."""
+    name = os.environ.get(ISA_ENV, "").strip().lower()
+    if not name:
+        return max(LEVELS.values())
+    if name not in LEVELS:
+        raise UserError(f"{ISA_ENV}={name!r} is not an ISA level; use one of {', '.join(LEVELS)}")
+    return LEVELS[name]
+
+
+def level() -> int:
+    """The ISA level this process runs its kernels at: min(detected, SWIFTSPEC_ISA), fixed once read."""
+    if "level" not in _state:
+        _state["level"] = min(detected_level(), level_cap())
+    return int(_state["level"])
+
+
+def isa() -> str:
+    """Name of the ISA level the kernels run at here ("none" if unavailable)."""
+    return LEVEL_NAMES[level()]
+
+
+def kernel_paths(at_level: int | None = None) -> dict[str, int]:
+    """{op: the ISA level whose code it runs} at a level (default: this process's); 0 = torch."""
+    lvl = level() if at_level is None else at_level
+    if lvl == 0:
+        return dict.fromkeys(OPS, 0)
+    if at_level is None:
+        if "paths" not in _state:
+            _state["paths"] = dict(load().kernel_paths(lvl))
+        return dict(_state["paths"])
+    return dict(load().kernel_paths(lvl))
+
+
+def available(op: str) -> bool:
+    """True if op (one of OPS) has a C++ path at this process's ISA level."""
+    return kernel_paths()[op] > 0
+
+
+def _lvl(at_level: int | None) -> int:
+    return level() if at_level is None else at_level
 
 
 def _built() -> ModuleType:
-    """The extension, or RuntimeError when it could not be built (callers check has_* first)."""
+    """The extension, or RuntimeError when it could not be built (callers check available() first)."""
     ext = _state.get("ext") or load()
     if ext is None:
         raise RuntimeError("swiftspec CPU kernels are unavailable")
@@ -93,57 +143,43 @@ def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def quant_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None,
-                 isa_level: int = 0) -> torch.Tensor:
+                 at_level: int | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ W^T (+ bias) with the C++ kernels; x bf16 or fp32 on CPU.
 
-    isa_level: 0 = best available, 1 = force AVX2, 2 = force AVX-512 (tests use this)."""
-    ext = _built()
+    at_level: the ISA level to run at (default: this process's; tests pass each lower one)."""
+    ext, lvl = _built(), _lvl(at_level)
     n, k = qw.shape
     x2 = _rows(x, k)
     if qw.fmt == "int4":
-        y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, isa_level)
+        y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, lvl)
     else:
-        y = ext.quant_linear(x2, qw.qweight, qw.scale, _EMPTY, _EMPTY, bias, False, n, k, qw.group_size, isa_level)
+        y = ext.quant_linear(x2, qw.qweight, qw.scale, _EMPTY, _EMPTY, bias, False, n, k, qw.group_size, lvl)
     return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
 
 
-def has_bf16() -> bool:
-    """True if the extension is built and this CPU has AVX-512 BF16 (the small-M bf16 kernel)."""
-    if "bf16" not in _state:
-        ext = load()
-        _state["bf16"] = ext is not None and ext.has_bf16()
-    return bool(_state["bf16"])
-
-
-def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                at_level: int | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, at most MAX_SMALL_ROWS rows of x.
 
-    Each row's result is independent of the other rows (see csrc/bf16_gemm_avx512.cpp)."""
-    y = _built().bf16_linear(_rows(x, w.shape[1]), w, bias)
+    Each row's result is independent of the other rows (see csrc/bf16_gemm_*.cpp)."""
+    y = _built().bf16_linear(_rows(x, w.shape[1]), w, bias, _lvl(at_level))
     return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])
 
 
-def has_avx512() -> bool:
-    """True if the extension is built and this CPU runs its AVX-512 kernels other than the linears
-    (masked attention, RMSNorm, SwiGLU activation)."""
-    if "avx512" not in _state:
-        ext = load()
-        _state["avx512"] = ext is not None and ext.detect_isa() == 2
-    return bool(_state["avx512"])
-
-
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     at_level: int | None = None) -> torch.Tensor:
     """q [T, H, D] (rotated) over slots [0, S) of k, v [S_max, Hkv, D] with mask [T, S] bool ->
     [T, H, D], scale 1/sqrt(D).  The result depends only on the ordered set of attended slots."""
-    return _built().masked_attention(q, k, v, mask if mask.stride(-1) == 1 else mask.contiguous(), q.shape[-1] ** -0.5)
+    mask = mask if mask.stride(-1) == 1 else mask.contiguous()
+    return _built().masked_attention(q, k, v, mask, q.shape[-1] ** -0.5, _lvl(at_level))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, at_level: int | None = None) -> torch.Tensor:
     """x [..., n] / rms(x) * weight [n] with the rounding of kernels.rowwise.rms_norm_ref."""
-    y = _built().rms_norm(_rows(x, x.shape[-1]), weight, eps)
+    y = _built().rms_norm(_rows(x, x.shape[-1]), weight, eps, _lvl(at_level))
     return y.view(x.shape)
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+def silu_mul(gate_up: torch.Tensor, at_level: int | None = None) -> torch.Tensor:
     """gate_up [M, 2I] (gate columns first) -> silu(gate) * up [M, I], rounded as swiglu_act_ref."""
-    return _built().silu_mul(_rows(gate_up, gate_up.shape[-1]))
+    return _built().silu_mul(_rows(gate_up, gate_up.shape[-1]), _lvl(at_level))

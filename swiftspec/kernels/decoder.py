@@ -40,7 +40,7 @@ def _fusable(layer: LayerWeights, dtype: torch.dtype) -> bool:
     linears = (layer.qkv, layer.o, layer.gate_up, layer.down)
     if not all(isinstance(w, QuantWeight) and w.device.type == "cpu" for w in linears):
         return False
-    bf16_ok = dtype == torch.bfloat16 and cpu_ext.has_bf16()  # bf16_linear takes bf16 rows only
+    bf16_ok = dtype == torch.bfloat16 and cpu_ext.available("bf16_linear")  # bf16 rows only
     return all(w.fmt != "bf16" or bf16_ok for w in linears) and layer.input_norm.dtype == dtype
 
 
@@ -67,7 +67,7 @@ class CpuDecoder:
             )
             for w in layers
         ]
-        self._impl = ext.CpuDecoder(packed, final_norm, eps, heads, kv_heads, head_dim)
+        self._impl = ext.CpuDecoder(packed, final_norm, eps, heads, kv_heads, head_dim, cpu_ext.level())
 
     def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                  cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -82,13 +82,13 @@ class CpuDecoder:
 
 def cpu_decoder(layers: list[LayerWeights], final_norm: torch.Tensor, eps: float, heads: int, kv_heads: int,
                 head_dim: int) -> CpuDecoder | None:
-    """The fused forward of these layers, or None where it does not apply: no AVX-512 kernels,
+    """The fused forward of these layers, or None where it does not apply: no attention and row-wise kernels,
     a layer whose linears are not all packed CPU weights (kernels.prepare_model_), a head dim
     that is not a multiple of 16 up to 256, or activations other than bf16/fp32."""
     dtype = final_norm.dtype
     if dtype not in (torch.bfloat16, torch.float32) or final_norm.device.type != "cpu":
         return None
-    if head_dim % 16 or head_dim > 256 or not cpu_ext.has_avx512():
+    if head_dim % 16 or head_dim > 256 or not (cpu_ext.available("attention") and cpu_ext.available("rowwise")):
         return None
     if not all(_fusable(layer, dtype) for layer in layers):
         return None

@@ -23,7 +23,7 @@ from swiftspec.sampling import SamplingParams
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 128
 BF16 = LoadConfig(dtype="bfloat16", max_seq_len=1024)
-EXACT = cpu_ext.has_bf16() and cpu_ext.has_avx512()  # the invariant CPU kernels run here
+EXACT = cpu_ext.available("bf16_linear") and cpu_ext.available("attention")  # the invariant CPU kernels run here
 
 
 def greedy(engine, ids: list[int]) -> list[int]:

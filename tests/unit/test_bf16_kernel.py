@@ -20,7 +20,7 @@ from swiftspec.weights import load_model
 
 @pytest.fixture(scope="module")
 def bf16_ext():
-    if not cpu_ext.has_bf16():
+    if not cpu_ext.available("bf16_linear"):
         pytest.skip("no AVX-512 BF16 on this CPU (or the C++ kernels could not be built)")
     return cpu_ext.load()
 

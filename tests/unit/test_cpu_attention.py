@@ -18,7 +18,7 @@ from swiftspec.weights import load_model
 
 @pytest.fixture(scope="module")
 def attn_ext():
-    if not cpu_ext.has_avx512():
+    if not cpu_ext.available("attention"):
         pytest.skip("no AVX-512 on this CPU (or the C++ kernels could not be built)")
     return cpu_ext.load()
 
@@ -94,7 +94,7 @@ def _decode(model, prompt: torch.Tensor, chain: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("weights", ["bf16", "int8"])  # int4 needs K % 128 == 0
 def test_tree_forward_equals_branch_by_branch_decoding(attn_ext, tiny_qwen_dir, weights) -> None:
-    if not cpu_ext.has_bf16():
+    if not cpu_ext.available("bf16_linear"):
         pytest.skip("no AVX-512 BF16: bf16 linears run on oneDNN")
     model = load_model(str(tiny_qwen_dir), LoadConfig(dtype="bfloat16")).model
     kernels.prepare_model_(model, weights)  # every linear on a batch-invariant kernel

@@ -19,7 +19,7 @@ PARENTS = torch.tensor([-1, 0, 0, 1, 1, 2, 3])  # a 7-node tree verified after t
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_avx512():
-    if not cpu_ext.has_avx512():
+    if not cpu_ext.available("rowwise"):
         pytest.skip("no AVX-512 on this CPU (or the C++ kernels could not be built)")
 
 
@@ -67,7 +67,7 @@ CASES = [("qwen2", torch.bfloat16, "bf16", (4, 2, 16)), ("qwen2", torch.bfloat16
 
 @pytest.mark.parametrize("arch,dtype,weights,heads", CASES)
 def test_fused_equals_unfused(arch, dtype, weights, heads) -> None:
-    if weights == "bf16" and not cpu_ext.has_bf16():
+    if weights == "bf16" and not cpu_ext.available("bf16_linear"):
         pytest.skip("no AVX-512 BF16: bf16 weights stay on oneDNN, unfused")
     model = _model(_args(arch, *heads), dtype, weights)
     assert model._cpu_decoder(PARENTS.numel()) is not None  # the fused path is taken

@@ -21,7 +21,6 @@ from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
-ISA_LEVELS = {"avx2": 1, "avx512-vnni": 2}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +34,7 @@ def ext():
 @pytest.fixture(scope="module")
 def isa_levels(ext) -> list[int]:
     """Every ISA path this CPU can run (the AVX2 path is forced on AVX-512 machines too)."""
-    return list(range(1, ext.detect_isa() + 1))
+    return list(range(1, ext.detect_level() + 1))
 
 
 def _quantize(fmt: str, w: torch.Tensor, group: int | None) -> kernels.QuantWeight:

@@ -13,7 +13,7 @@ from swiftspec.kernels import cpu_ext
 
 @pytest.fixture(scope="module")
 def rowwise_ext():
-    if not cpu_ext.has_avx512():
+    if not cpu_ext.available("rowwise"):
         pytest.skip("no AVX-512 on this CPU (or the C++ kernels could not be built)")
     return cpu_ext.load()
 

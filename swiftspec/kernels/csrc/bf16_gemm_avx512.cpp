@@ -21,7 +21,7 @@
 
 #include <cstring>
 
-#include "qgemm.h"
+#include "kernels.h"
 
 namespace swiftspec {
 namespace {

@@ -19,9 +19,9 @@ struct PackedLinear {
   c10::optional<at::Tensor> bias;
   int64_t N, K, blk;
 
-  at::Tensor operator()(const at::Tensor& x) const {  // x [T, K] -> [T, N]
-    if (fmt == 0) return bf16_linear(x, q, bias);
-    return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, 0);
+  at::Tensor operator()(const at::Tensor& x, int64_t level) const {  // x [T, K] -> [T, N]
+    if (fmt == 0) return bf16_linear(x, q, bias, level);
+    return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, level);
   }
 };
 
@@ -44,9 +44,12 @@ struct CallArgs {
 class CpuDecoder {
  public:
   CpuDecoder(std::vector<Layer> layers, at::Tensor final_norm, double eps, int64_t heads, int64_t kv_heads,
-             int64_t head_dim)
+             int64_t head_dim, int64_t level)
       : layers_(std::move(layers)), final_norm_(std::move(final_norm)), eps_(static_cast<float>(eps)),
-        H_(heads), Hkv_(kv_heads), D_(head_dim) {
+        H_(heads), Hkv_(kv_heads), D_(head_dim), level_(level) {
+    check_level(level_, "CpuDecoder");
+    TORCH_CHECK(attention_path(level_) != kNoIsa && rowwise_path(level_) != kNoIsa,
+                "CpuDecoder: no attention or row-wise kernel at ISA level ", level_);
     TORCH_CHECK(!layers_.empty() && H_ % Hkv_ == 0 && D_ % 16 == 0 && D_ <= kMaxHeadDim, "CpuDecoder: shapes");
     for (const Layer& w : layers_) {
       TORCH_CHECK(w.input_norm.scalar_type() == final_norm_.scalar_type() &&
@@ -68,20 +71,19 @@ class CpuDecoder {
     norm(x, layers_[0].input_norm, h);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& w = layers_[l];
-      add_norm(x, w.o(attend(static_cast<int64_t>(l), w.qkv(h), c)), w.post_norm, h);
+      add_norm(x, w.o(attend(static_cast<int64_t>(l), w.qkv(h, level_), c), level_), w.post_norm, h);
       const at::Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
-      add_norm(x, w.down(silu_mul(w.gate_up(h))), next_norm, h);
+      add_norm(x, w.down(silu_mul(w.gate_up(h, level_), level_), level_), next_norm, h);
     }
     return h;
   }
 
  private:
   void check(const at::Tensor& x, const CallArgs& c) const {
-    TORCH_CHECK(has_avx512(), "CpuDecoder: needs AVX-512");
     const auto dt = x.scalar_type();
     TORCH_CHECK((dt == at::kBFloat16 || dt == at::kFloat) && final_norm_.scalar_type() == dt,
                 "CpuDecoder: bf16 or fp32 activations, in the RMSNorm weights' dtype");
-    TORCH_CHECK(x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kMaxBf16Rows, "CpuDecoder: x must be [T <= 16, hidden]");
+    TORCH_CHECK(x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kMaxSmallRows, "CpuDecoder: x must be [T <= 16, hidden]");
     const int64_t T = x.size(0), S_max = c.k_cache.size(1);
     TORCH_CHECK(c.k_cache.is_contiguous() && c.v_cache.is_contiguous() && c.k_cache.sizes() == c.v_cache.sizes() &&
                     c.k_cache.dim() == 4 && c.k_cache.size(0) == static_cast<int64_t>(layers_.size()) &&
@@ -111,11 +113,12 @@ class CpuDecoder {
     char* v = static_cast<char*>(c.v_cache.data_ptr()) + l * c.v_cache.stride(0) * esz;
     const RopeArgs r{qkv.data_ptr(), qkv.stride(0), c.cos.data_ptr(), c.sin.data_ptr(), c.cos.stride(0),
                      q.data_ptr(), k, v, c.k_cache.stride(1), c.slots.data_ptr<int64_t>(), H_, Hkv_, D_, bf16, esz};
-    rope_store_rows_avx512(r, 0, T);
+    rope_store_rows(r, 0, T, level_);
     at::Tensor out = at::empty({T, H_ * D_}, qkv.options());
     run_attention({q.data_ptr(), H_ * D_, D_, k, v, c.k_cache.stride(1), c.k_cache.stride(2),
                    c.mask.data_ptr<bool>(), c.mask.stride(0), out.data_ptr(), T, H_, Hkv_, D_, c.mask.size(1), bf16,
-                   1.f / std::sqrt(static_cast<float>(D_))});
+                   1.f / std::sqrt(static_cast<float>(D_))},
+                  level_);
     return out;
   }
 
@@ -123,7 +126,7 @@ class CpuDecoder {
   void norm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& h) const {
     const int64_t n = x.size(1);
     const RowArgs a{x.data_ptr(), n, h.data_ptr(), n, n, x.scalar_type() == at::kBFloat16, x.element_size()};
-    rms_norm_rows_avx512(a, weight.data_ptr(), eps_, 0, x.size(0));
+    rms_norm_rows(a, weight.data_ptr(), eps_, 0, x.size(0), level_);
   }
 
   // x <- x + d (rounded to the dtype), then h <- rms_norm(x) * weight, row by row.
@@ -131,13 +134,14 @@ class CpuDecoder {
     const int64_t n = x.size(1);
     const AddNormArgs a{x.data_ptr(), n, d.data_ptr(), d.stride(0), h.data_ptr(), n, weight.data_ptr(), n, eps_,
                         x.scalar_type() == at::kBFloat16, x.element_size()};
-    add_rms_norm_rows_avx512(a, 0, x.size(0));
+    add_rms_norm_rows(a, 0, x.size(0), level_);
   }
 
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
   float eps_;
   int64_t H_, Hkv_, D_;
+  int64_t level_;  // the ISA level every kernel of a forward runs at
 };
 
 }  // namespace
@@ -155,7 +159,7 @@ void register_decoder(pybind11::module& m) {
         return Layer{input_norm, post_norm, qkv, o, gate_up, down};
       }));
   py::class_<CpuDecoder>(m, "CpuDecoder")
-      .def(py::init<std::vector<Layer>, at::Tensor, double, int64_t, int64_t, int64_t>())
+      .def(py::init<std::vector<Layer>, at::Tensor, double, int64_t, int64_t, int64_t, int64_t>())
       .def("forward", &CpuDecoder::forward, "embeddings [T, hidden] -> final-normed hidden [T, hidden]");
 }
 

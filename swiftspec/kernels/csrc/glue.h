@@ -1,21 +1,51 @@
-// The torch-level entry points of quant_linear.cpp that other glue files (decoder_cpu.cpp) call.
+// The torch-level entry points shared by the glue files (quant_linear.cpp, bf16_linear.cpp,
+// attention.cpp, rowwise.cpp, decoder_cpu.cpp, bindings.cpp).
+//
+// ISA levels: each level is a superset of the one below.  Every op takes the level to run at
+// (Python passes min(detected, SWIFTSPEC_ISA cap), fixed for the process) and picks, kernel by
+// kernel, the best path that level allows: a kernel never needs more than the features it uses.
 #pragma once
 #include <torch/extension.h>
 
-#include "qgemm.h"
+#include "kernels.h"
 
 namespace swiftspec {
 
-constexpr int64_t kMaxBf16Rows = 16;  // bf16_linear's row limit; larger batches (prefill) go to oneDNN
+enum Level : int64_t {
+  kNoIsa = 0,       // no kernels: the torch references run
+  kAvx2 = 1,        // AVX2 + FMA + F16C
+  kAvx512 = 2,      // + AVX-512 F, BW, VL, DQ
+  kAvx512Vnni = 3,  // + AVX-512 VNNI
+  kAvx512Bf16 = 4,  // + AVX-512 BF16
+};
 
-int64_t detect_isa();
-bool has_avx512();
+constexpr int64_t kMaxSmallRows = 16;  // bound of the small-M paths (decode, verification, drafting)
+
+int64_t detect_level();                        // isa.cpp: the best level this CPU runs
+void check_level(int64_t level, const char* what);  // 1 <= level <= detect_level(), else throws
+
+// Each op's path at a level: the level whose code it runs (kNoIsa: the op refuses; use torch).
+int64_t quant_linear_path(int64_t level);
+int64_t bf16_linear_path(int64_t level);
+int64_t attention_path(int64_t level);
+int64_t rowwise_path(int64_t level);
+
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& d,
                         const at::Tensor& mn, const c10::optional<at::Tensor>& bias, bool int4, int64_t N, int64_t K,
-                        int64_t blk, int64_t isa_request);
-at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias);
-at::Tensor silu_mul(const at::Tensor& gate_up);
-void run_attention(const AttnArgs& a);  // all T * Hkv work items, in parallel
+                        int64_t blk, int64_t level);
+at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
+                       int64_t level);
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double scale, int64_t level);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, int64_t level);
+at::Tensor silu_mul(const at::Tensor& gate_up, int64_t level);
+
+// Plain-pointer dispatchers for the fused decoder (no checks beyond the level's).
+void run_attention(const AttnArgs& a, int64_t level);  // all T * Hkv work items, in parallel
+void rms_norm_rows(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1, int64_t level);
+void add_rms_norm_rows(const AddNormArgs& a, int64_t r0, int64_t r1, int64_t level);
+void rope_store_rows(const RopeArgs& a, int64_t t0, int64_t t1, int64_t level);
+
 void register_decoder(pybind11::module& m);  // decoder_cpu.cpp
 
 }  // namespace swiftspec

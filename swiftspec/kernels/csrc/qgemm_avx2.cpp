@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "qgemm.h"
+#include "kernels.h"
 
 namespace swiftspec {
 namespace {

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "avx512_util.h"
-#include "qgemm.h"
+#include "kernels.h"
 
 namespace swiftspec {
 namespace {

@@ -1,0 +1,27 @@
+// The Python module: every op, the ISA level detection and each op's path per level.
+#include "glue.h"
+
+namespace {
+
+// {op: the level whose code it runs at `level`} (0: none, the torch reference runs instead).
+std::map<std::string, int64_t> kernel_paths(int64_t level) {
+  using namespace swiftspec;
+  return {{"quant_linear", quant_linear_path(level)},
+          {"bf16_linear", bf16_linear_path(level)},
+          {"attention", attention_path(level)},
+          {"rowwise", rowwise_path(level)}};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("detect_level", &swiftspec::detect_level,
+        "best ISA level here: 0 none, 1 AVX2+FMA+F16C, 2 AVX-512 F/BW/VL/DQ, 3 +VNNI, 4 +BF16");
+  m.def("kernel_paths", &kernel_paths, "each op's path (a level, 0 = none) at an ISA level");
+  m.def("quant_linear", &swiftspec::quant_linear, "quantized linear (int8/int4 weights)");
+  m.def("bf16_linear", &swiftspec::bf16_linear, "bf16 linear at small M");
+  m.def("masked_attention", &swiftspec::masked_attention, "layout-invariant masked attention");
+  m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");
+  m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
+  swiftspec::register_decoder(m);
+}
