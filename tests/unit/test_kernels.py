@@ -22,7 +22,6 @@ from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
 
-
 @pytest.fixture(scope="module")
 def ext():
     module = cpu_ext.load()
