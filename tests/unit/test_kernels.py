@@ -86,20 +86,27 @@ def test_packing_roundtrip() -> None:
         assert q4.qweight.numel() == 48 * 256 // 2  # N padded to 3 tiles of 16, two values a byte
 
 
-def test_rows_are_independent_of_batch_and_threads(ext) -> None:
-    """A row's output is bitwise the same alone, in any batch (passes of 16 rows), any thread count."""
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
+def test_rows_are_independent_of_batch_and_threads(isa_levels, fmt) -> None:
+    """At every ISA level, a row's output is bitwise the same alone, in any batch (any row pass),
+    any thread count."""
     torch.manual_seed(1)
-    qw = kernels.quantize_int4(torch.randn(520, 256), 64)
+    qw = _quantize(fmt, torch.randn(520, 256), 64)
     x = torch.randn(37, 256).to(torch.bfloat16)
     threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        alone = torch.cat([cpu_ext.quant_linear(x[i : i + 1], qw) for i in range(37)])
-        torch.set_num_threads(2)
-        batched = cpu_ext.quant_linear(x, qw)
-    finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(alone, batched)
+    for level in isa_levels:
+        try:
+            torch.set_num_threads(1)
+            alone = torch.cat([cpu_ext.quant_linear(x[i : i + 1], qw, at_level=level) for i in range(37)])
+            torch.set_num_threads(2)
+            batched = cpu_ext.quant_linear(x, qw, at_level=level)
+            prefix = [cpu_ext.quant_linear(x[:m], qw, at_level=level) for m in (2, 3, 5, 8, 16)]
+        finally:
+            torch.set_num_threads(threads)
+        assert torch.equal(alone, batched), level
+        assert all(torch.equal(p, batched[: p.shape[0]]) for p in prefix), level
+    if fmt == "int8":
+        return
     _check_a8(batched, x, qw, None, dequantize(qw))
     ref = quant_linear_a8_ref(x, qw).float()  # the published reference of the kernel's math
     assert ((batched.float() - ref).abs() <= 1e-3 + ref.abs() * 2.0**-7).all()

@@ -16,14 +16,14 @@ constexpr int kTileN = 16;  // output channels per tile (one zmm of fp32 lanes)
 // Row-wise quantized activations.  Rows go in passes of kPassRows; the AVX-512 layout puts the
 // 4-byte k-groups of a pass's rows side by side so one base pointer reaches them all:
 //   AVX-512: xq pass p (rows 16p..): [Kp/4][R] int32 groups; xs, xc pass p: [nb][R]
-//   AVX2:    xq, x16: [M, Kp];                                 xs, xc: [M, nb]
+//   AVX2:    xq, xabs: [M, Kp];                                xs, xc: [M, nb]
 // xc is the per-(row, block) correction: int8 weights: -128 * sum(xq) (int32);
 // int4 weights: the bits of the float xs * sum(xq).
 constexpr int kPassRows = 16;  // 16 int32 accumulators + weights fit the 32 zmm registers
 
 struct ActQ {  // buffers owned by the caller; quantize_act_* fills them, tiles_* reads them
   int8_t* xq;
-  int16_t* x16;  // AVX2 only, else nullptr
+  uint8_t* xabs;  // AVX2 only (|xq|), else nullptr
   float* xs;     // block scales (amax / 127)
   int32_t* xc;   // block corrections (see above)
   int64_t Kp;          // padded K (multiple of the block)

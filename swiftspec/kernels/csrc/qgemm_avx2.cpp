@@ -1,8 +1,18 @@
-// AVX2 fallback of the quantized linear kernels (same packed layout and numerics as AVX-512).
+// AVX2 kernels for weight-only int8/int4 linear layers at small M (same packed layout as AVX-512).
 //
-// Without VNNI the int8 dot products use vpmaddwd on int16-widened weights and activations; each
-// 16-byte quarter of a 64-byte weight vector holds 4 channels x 4 K values, and pairs of partial
-// sums are folded with hadd at the end of each K-block.  Rows go in passes of 2 (16 ymm regs).
+// AVX2 has no vpdpbusd; vpmaddubsw (u8 x s8 -> pairwise s16 sums) and vpmaddwd against ones
+// (-> s32) do the same work in two steps.  vpmaddubsw saturates, so every operand pair is kept in
+// range and the int32 sums stay exact:
+// - int4: q (0..15) x xq (-127..127): a pair sums to at most 3,810, so a 16-bit lane takes the
+//   low and high nibbles of four k-steps (8 pairs, <= 30,480) before one vpmaddwd widens it.
+// - int8: the weight is stored as u8 = q + 128; flipping the top bit gives q as s8 (|q| <= 127),
+//   and vpmaddubsw(|xq|, sign(q, xq)) sums pairs of at most 2 * 127 * 127 = 32,258.
+// One 64-byte weight vector (16 channels x 4 bytes) is two ymm halves of 8 channels.  A pass
+// unpacks each weight vector once and feeds it to every row of the pass; rows and halves are
+// blocked so that accumulators, weights and broadcasts fit the 16 ymm registers.
+//
+// Per row, the sequence of integer sums, their flush points and the fp32 operations do not depend
+// on M, the pass or the thread split: a row's result is the same in any batch.
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
@@ -14,7 +24,8 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kMaxRows = 2;
+constexpr int kFlushSteps = 4;  // int4: k-steps (of 8 k) a 16-bit accumulator takes before widening
+constexpr int H = 2;            // ymm halves of a 16-channel tile (8 channels each)
 
 inline __m256 load8(const void* x, bool bf16, int64_t i) {
   if (bf16) {
@@ -38,8 +49,9 @@ inline int32_t hsum(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Quantizes one full block of fp32/bf16 values (rounding rule in qgemm.h); returns its scale.
-float quantize_block(const void* x, bool bf16, int blk, int8_t* q, int16_t* q16, int32_t* sum) {
+// Quantizes one full block of fp32/bf16 values (rounding rule in kernels.h) into q (int8) and
+// qa (|q|, u8); returns the scale, *sum gets the sum of the int8 values.
+float quantize_block(const void* x, bool bf16, int blk, int8_t* q, uint8_t* qa, int32_t* sum) {
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   __m256 amax = _mm256_setzero_ps();
   for (int i = 0; i < blk; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(load8(x, bf16, i), absmask));
@@ -48,15 +60,15 @@ float quantize_block(const void* x, bool bf16, int blk, int8_t* q, int16_t* q16,
   const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
   __m256i s = _mm256_setzero_si256();
   for (int i = 0; i < blk; i += 16) {
-    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(load8(x, bf16, i), vinv));
+    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(load8(x, bf16, i), vinv));  // round half to even
     __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(load8(x, bf16, i + 8), vinv));
     q0 = _mm256_max_epi32(_mm256_min_epi32(q0, lim), nlim);
     q1 = _mm256_max_epi32(_mm256_min_epi32(q1, lim), nlim);
     s = _mm256_add_epi32(s, _mm256_add_epi32(q0, q1));
-    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + i), w);
-    const __m256i b = _mm256_permute4x64_epi64(_mm256_packs_epi16(w, w), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm256_castsi256_si128(b));
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);  // 16 x s16 in order
+    const __m128i b = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi16(w, w), 0x08));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), b);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qa + i), _mm_abs_epi8(b));
   }
   *sum = hsum(s);
   return a / 127.f;
@@ -70,16 +82,10 @@ inline float load1(const char* x, bool bf16, int64_t i) {
   return v;
 }
 
-inline __m256i bcast8(const int16_t* p) {
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return _mm256_set1_epi64x(v);
-}
-
-// Folds four pair-interleaved partial sums (4 channels each) into 2 x 8 channels in order.
-inline void fold(const __m256i (&s)[4], __m256i& lo, __m256i& hi) {
-  lo = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s[0], s[1]), 0xD8);
-  hi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s[2], s[3]), 0xD8);
+inline __m256i bcast4(const void* p) {  // the 4 bytes at p in every 32-bit lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
 }
 
 inline __m256i to_bf16(__m256 y) {
@@ -89,119 +95,147 @@ inline __m256i to_bf16(__m256 y) {
   return _mm256_srli_epi32(u, 16);
 }
 
+// Writes rows [r0, r0 + R) of tile t from acc (fp32 [R][H][8]) plus bias.
 template <int R>
-void store_rows(const OutSpec& o, int64_t t, int64_t r0, __m256 (&acc)[R][2]) {
-  const int64_t n0 = t * kTileN;
-  const int64_t n = std::min<int64_t>(kTileN, o.N - n0);
-  alignas(32) float b[kTileN] = {};
-  if (o.bias) std::memcpy(b, o.bias + n0, n * sizeof(float));
-  for (int r = 0; r < R; ++r) {
-    const __m256 y0 = _mm256_add_ps(acc[r][0], _mm256_load_ps(b));
-    const __m256 y1 = _mm256_add_ps(acc[r][1], _mm256_load_ps(b + 8));
-    const int64_t off = (r0 + r) * o.ldo + n0;
-    alignas(32) uint16_t h[kTileN];
-    alignas(32) float f[kTileN];
-    if (o.bf16) {
-      const __m256i p = _mm256_packus_epi32(to_bf16(y0), to_bf16(y1));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(h), _mm256_permute4x64_epi64(p, 0xD8));
-      std::memcpy(static_cast<uint16_t*>(o.out) + off, h, n * 2);
-    } else {
-      _mm256_store_ps(f, y0);
-      _mm256_store_ps(f + 8, y1);
-      std::memcpy(static_cast<float*>(o.out) + off, f, n * 4);
-    }
-  }
-}
-
-// int8 (u8 = w + 128): see the AVX-512 kernel for the formula.
-template <int R>
-void tile_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
-  const uint8_t* wt = w.q + t * w.Kp * kTileN;
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int b = 0; b < a.nb; ++b) {
-    __m256i s[R][4];
-    for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = _mm256_setzero_si256();
-    const uint8_t* wb = wt + (int64_t)b * w.blk * kTileN;
-    const int16_t* xb = a.x16 + r0 * a.Kp + (int64_t)b * w.blk;
-    for (int k = 0; k < w.blk; k += 4) {
-      __m256i xv[R];
-      for (int r = 0; r < R; ++r) xv[r] = bcast8(xb + r * a.Kp + k);
-      for (int p = 0; p < 4; ++p) {
-        const __m256i wv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(wb + k * kTileN + 16 * p)));
-        for (int r = 0; r < R; ++r) s[r][p] = _mm256_add_epi32(s[r][p], _mm256_madd_epi16(wv, xv[r]));
-      }
-    }
+void store(const OutSpec& o, int64_t t, int64_t r0, const __m256 (&acc)[R][H]) {
+  for (int hh = 0; hh < H; ++hh) {
+    const int64_t n0 = t * kTileN + 8 * hh;
+    const int64_t n = std::min<int64_t>(8, o.N - n0);
+    if (n <= 0) return;
+    alignas(32) float b[8] = {};
+    if (o.bias) std::memcpy(b, o.bias + n0, n * sizeof(float));
     for (int r = 0; r < R; ++r) {
-      const int64_t i = (r0 + r) * a.nb + b;
-      const __m256i init = _mm256_set1_epi32(a.xc[i]);  // -128 * sum(xq)
-      __m256i lo, hi;
-      fold(s[r], lo, hi);
-      const __m256 xs = _mm256_set1_ps(a.xs[i]);
-      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, init)), xs, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, init)), xs, acc[r][1]);
+      const __m256 y = _mm256_add_ps(acc[r][hh], _mm256_load_ps(b));
+      const int64_t off = (r0 + r) * o.ldo + n0;
+      if (o.bf16) {
+        alignas(16) uint16_t v[8];
+        const __m256i p = to_bf16(y);
+        _mm_store_si128(reinterpret_cast<__m128i*>(v),
+                        _mm_packus_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+        std::memcpy(static_cast<uint16_t*>(o.out) + off, v, n * 2);
+      } else {
+        alignas(32) float f[8];
+        _mm256_store_ps(f, y);
+        std::memcpy(static_cast<float*>(o.out) + off, f, n * 4);
+      }
     }
   }
-  const __m256 sc0 = _mm256_loadu_ps(w.scale + t * kTileN), sc1 = _mm256_loadu_ps(w.scale + t * kTileN + 8);
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = _mm256_mul_ps(acc[r][0], sc0);
-    acc[r][1] = _mm256_mul_ps(acc[r][1], sc1);
-  }
-  store_rows<R>(o, t, r0, acc);
 }
 
-// Adds xs * (d * P + mn * xsum) for one group of one row (8 + 8 channels).
-inline void int4_group(__m256 (&acc)[2], __m256i lo, __m256i hi, const uint16_t* d,
-                       const uint16_t* mn, float xs, float xc) {
-  const __m256 vx = _mm256_set1_ps(xs), vxs = _mm256_set1_ps(xc);
-  const __m256i p[2] = {lo, hi};
-  for (int h = 0; h < 2; ++h) {
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(d + 8 * h)));
-    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(mn + 8 * h)));
-    acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p[h]), vx), dv, acc[h]);
-    acc[h] = _mm256_fmadd_ps(mv, vxs, acc[h]);
-  }
-}
+// A pass computes rows [r0, r0 + R) of tile t, both ymm halves at once (2R independent sums).
 
+// int8: y[r, n] = scale[n] * sum_b xs[r, b] * sum_{k in b} q[n, k] * xq[r, k].
 template <int R>
-void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
-  const uint8_t* wt = w.q + t * w.Kp * (kTileN / 2);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int g = 0; g < a.nb; ++g) {
-    __m256i s[R][4];
-    for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = _mm256_setzero_si256();
-    const uint8_t* wg = wt + (int64_t)g * w.blk * (kTileN / 2);
-    const int16_t* xg = a.x16 + r0 * a.Kp + (int64_t)g * w.blk;
-    for (int k = 0; k < w.blk; k += 8) {
-      __m256i xl[R], xh[R];
-      for (int r = 0; r < R; ++r) {
-        xl[r] = bcast8(xg + r * a.Kp + k);
-        xh[r] = bcast8(xg + r * a.Kp + k + 4);
+void pass_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
+  const uint8_t* wt = w.q + t * w.Kp * kTileN;
+  const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[R][H];
+  for (int r = 0; r < R; ++r)
+    for (int hh = 0; hh < H; ++hh) acc[r][hh] = _mm256_setzero_ps();
+  for (int b = 0; b < a.nb; ++b) {
+    __m256i p[R][H];
+    for (int r = 0; r < R; ++r)
+      for (int hh = 0; hh < H; ++hh) p[r][hh] = _mm256_setzero_si256();
+    const uint8_t* wb = wt + (int64_t)b * w.blk * kTileN;
+    const int64_t k0 = (int64_t)b * w.blk;
+    for (int k = 0; k < w.blk; k += 4) {
+      __m256i q[H];
+      for (int hh = 0; hh < H; ++hh) {
+        q[hh] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(wb + k * kTileN + 32 * hh)), top);
       }
-      for (int p = 0; p < 4; ++p) {
-        const __m128i v = _mm_loadu_si128((const __m128i*)(wg + k * (kTileN / 2) + 16 * p));
-        const __m256i wl = _mm256_cvtepu8_epi16(_mm_and_si128(v, low4));
-        const __m256i wh = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), low4));
-        for (int r = 0; r < R; ++r) {
-          const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(wl, xl[r]), _mm256_madd_epi16(wh, xh[r]));
-          s[r][p] = _mm256_add_epi32(s[r][p], d);
+      for (int r = 0; r < R; ++r) {
+        const int64_t x = (r0 + r) * a.Kp + k0 + k;
+        const __m256i xv = bcast4(a.xq + x), xa = bcast4(a.xabs + x);
+        for (int hh = 0; hh < H; ++hh) {
+          const __m256i d = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(q[hh], xv));
+          p[r][hh] = _mm256_add_epi32(p[r][hh], _mm256_madd_epi16(d, ones));
         }
       }
     }
-    const int64_t gi = (t * a.nb + g) * kTileN;
     for (int r = 0; r < R; ++r) {
-      const int64_t i = (r0 + r) * a.nb + g;
-      __m256i lo, hi;
-      fold(s[r], lo, hi);
-      float xc;
-      std::memcpy(&xc, &a.xc[i], 4);  // xs * sum(xq)
-      int4_group(acc[r], lo, hi, w.d + gi, w.mn + gi, a.xs[i], xc);
+      const __m256 xs = _mm256_set1_ps(a.xs[(r0 + r) * a.nb + b]);
+      for (int hh = 0; hh < H; ++hh) acc[r][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[r][hh]), xs, acc[r][hh]);
     }
   }
-  store_rows<R>(o, t, r0, acc);
+  for (int hh = 0; hh < H; ++hh) {
+    const __m256 sc = _mm256_loadu_ps(w.scale + t * kTileN + 8 * hh);
+    for (int r = 0; r < R; ++r) acc[r][hh] = _mm256_mul_ps(acc[r][hh], sc);
+  }
+  store<R>(o, t, r0, acc);
 }
+
+// Adds xs * (d * P + mn * xsum) for group g of rows [r0, r0 + R) to acc.
+template <int R>
+inline void int4_group(const ActQ& a, const uint16_t* d, const uint16_t* mn, int64_t r0, int g,
+                       const __m256i (&p)[R][H], __m256 (&acc)[R][H]) {
+  for (int hh = 0; hh < H; ++hh) {
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(d + 8 * hh)));
+    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(mn + 8 * hh)));
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = (r0 + r) * a.nb + g;
+      float xc;
+      std::memcpy(&xc, &a.xc[i], 4);  // xs * sum(xq)
+      const __m256 px = _mm256_mul_ps(_mm256_cvtepi32_ps(p[r][hh]), _mm256_set1_ps(a.xs[i]));
+      acc[r][hh] = _mm256_fmadd_ps(px, dv, acc[r][hh]);
+      acc[r][hh] = _mm256_fmadd_ps(mv, _mm256_set1_ps(xc), acc[r][hh]);
+    }
+  }
+}
+
+// int4 (w = d * q + mn, q in 0..15): y[r, n] = sum_g xs[r, g] * (d * P + mn * xsum[r, g]),
+// P = sum_k q * xq.  Per channel lane, a step's 4 bytes hold k..k+3 in the low and k+4..k+7 in
+// the high nibbles.
+template <int R>
+void pass_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
+  const uint8_t* wt = w.q + t * w.Kp * (kTileN / 2);
+  const int64_t dt = t * a.nb * kTileN;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const int steps = w.blk / 8;
+  __m256 acc[R][H];
+  for (int r = 0; r < R; ++r)
+    for (int hh = 0; hh < H; ++hh) acc[r][hh] = _mm256_setzero_ps();
+  for (int g = 0; g < a.nb; ++g) {
+    __m256i p[R][H], p16[R][H];
+    for (int r = 0; r < R; ++r)
+      for (int hh = 0; hh < H; ++hh) p[r][hh] = p16[r][hh] = _mm256_setzero_si256();
+    const uint8_t* wg = wt + (int64_t)g * steps * 64;
+    const int64_t k0 = (int64_t)g * w.blk;
+#pragma GCC unroll 2
+    for (int s = 0; s < steps; ++s) {  // one k-step at a time: accumulators stay in registers
+      __m256i lo[H], hi[H];
+      for (int hh = 0; hh < H; ++hh) {
+        const __m256i v = _mm256_loadu_si256((const __m256i*)(wg + s * 64 + 32 * hh));
+        lo[hh] = _mm256_and_si256(v, low4);
+        hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* x = a.xq + (r0 + r) * a.Kp + k0 + 8 * s;
+        const __m256i x0 = bcast4(x), x1 = bcast4(x + 4);
+        for (int hh = 0; hh < H; ++hh) {
+          p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(lo[hh], x0));
+          p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(hi[hh], x1));
+        }
+      }
+      if (s % kFlushSteps == kFlushSteps - 1) {
+        for (int r = 0; r < R; ++r) {
+          for (int hh = 0; hh < H; ++hh) {
+            p[r][hh] = _mm256_add_epi32(p[r][hh], _mm256_madd_epi16(p16[r][hh], ones));
+            p16[r][hh] = _mm256_setzero_si256();
+          }
+        }
+      }
+    }
+    int4_group<R>(a, w.d + dt + g * kTileN, w.mn + dt + g * kTileN, r0, g, p, acc);
+  }
+  store<R>(o, t, r0, acc);
+}
+
+using PassFn = void (*)(const ActQ&, const PackedW&, const OutSpec&, int64_t, int64_t);
+// Passes of 2 rows x 2 halves: 8 accumulators, 4 unpacked weight vectors and the broadcasts fit
+// the 16 ymm registers (passes of 4 rows x 1 half measured slower: twice the broadcasts).
+constexpr int kPassRowsAvx2 = 2;
+constexpr PassFn kInt8[] = {pass_int8<1>, pass_int8<2>};
+constexpr PassFn kInt4[] = {pass_int4<1>, pass_int4<2>};
 
 }  // namespace
 
@@ -221,7 +255,7 @@ void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1) {
         bf16 = false;
       }
       int32_t sum;
-      const float sc = quantize_block(src, bf16, blk, a.xq + o, a.x16 + o, &sum);
+      const float sc = quantize_block(src, bf16, blk, a.xq + o, a.xabs + o, &sum);
       a.xs[i] = sc;
       const float c = sc * (float)sum;
       if (in.int4) std::memcpy(&a.xc[i], &c, 4);
@@ -230,15 +264,14 @@ void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1) {
   }
 }
 
+// Each tile runs its row passes over both halves; a tile (<= 16 x 9K bytes for the largest K)
+// stays in L1/L2 between passes, so it is read from DRAM once.
 void tiles_avx2(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
+  const PassFn* fns = w.int4 ? kInt4 : kInt8;
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r0 = 0; r0 < o.M; r0 += kMaxRows) {
-      const bool two = o.M - r0 >= 2;
-      if (w.int4) {
-        two ? tile_int4<2>(a, w, o, t, r0) : tile_int4<1>(a, w, o, t, r0);
-      } else {
-        two ? tile_int8<2>(a, w, o, t, r0) : tile_int8<1>(a, w, o, t, r0);
-      }
+    for (int64_t r0 = 0; r0 < o.M; r0 += kPassRowsAvx2) {
+      const int64_t rows = std::min<int64_t>(kPassRowsAvx2, o.M - r0);
+      fns[rows - 1](a, w, o, t, r0);
     }
   }
 }

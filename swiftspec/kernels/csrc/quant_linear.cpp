@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kCachedRows = 64;
 struct Scratch {
   std::vector<int8_t> xq;
-  std::vector<int16_t> x16;
+  std::vector<uint8_t> xabs;
   std::vector<float> xs;
   std::vector<int32_t> xc;
 };
@@ -25,7 +25,7 @@ struct Scratch {
 ActQ quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int blk, bool int4, int64_t isa,
                           Scratch& scratch) {
   const int64_t M = x.size(0), nb = Kp / blk;
-  const ActQ a{sized(scratch.xq, M * Kp), isa == kAvx2 ? sized(scratch.x16, M * Kp) : nullptr,
+  const ActQ a{sized(scratch.xq, M * Kp), isa == kAvx2 ? sized(scratch.xabs, M * Kp) : nullptr,
                sized(scratch.xs, M * nb), sized(scratch.xc, M * nb), Kp, static_cast<int>(nb)};
   const ActIn in{x.data_ptr(), x.scalar_type() == at::kBFloat16, x.stride(0), K, M, int4, blk};
   auto quantize = [&](int64_t p0, int64_t p1) {  // passes [p0, p1)
