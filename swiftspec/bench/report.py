@@ -19,6 +19,8 @@ def machine_info(threads: int) -> dict:
     """CPU model, cores, threads, library versions, git commit, date and the command line."""
     import transformers
 
+    from swiftspec.kernels.capability import capability
+
     return {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -28,6 +30,7 @@ def machine_info(threads: int) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "kernels": capability().to_json(),  # ISA level in use and each CPU kernel's path
         "git_commit": _git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from swiftspec.kernels import cpu_ext
+from swiftspec.kernels import capability, cpu_ext
 from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8, wrap_bf16
 
 FORMATS = ("bf16", "int8", "int4")
@@ -80,9 +80,11 @@ def prepare_model_(model: nn.Module, fmt: str, *, lm_head: bool = True) -> list[
 
     int8/int4: quantize_model_.  bf16: wrap each bf16 CPU weight for the small-M bf16 kernel when
     the small-M bf16 kernel runs here (weights on other devices or in other dtypes stay plain tensors)."""
+    first = next(model.parameters(), None)
+    if first is not None and first.device.type == "cpu":
+        capability.warn_fallbacks()
     if fmt != "bf16":
         return quantize_model_(model, fmt, lm_head=lm_head)
-    first = next(model.parameters(), None)
     if first is None or not _bf16_kernel_applies(first):
         return []
     return quantize_model_(model, "bf16", lm_head=lm_head)

@@ -1,4 +1,4 @@
-"""The `swiftspec` command: generate, serve, bench and models."""
+"""The `swiftspec` command: generate, serve, bench, demo, info and models."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo_mod.add_arguments(demo)
 
+    info = sub.add_parser("info", help="CPU features, the ISA level in use and the path of each kernel")
+    info.add_argument("--json", action="store_true", help="print the report as JSON")
+
     models = sub.add_parser("models", help="the bundled default model pair")
     models.add_argument("action", choices=("list", "pull"))
     models.add_argument("names", nargs="*", help="models to pull (default: the default pair)")
@@ -84,6 +87,16 @@ def format_stats(s) -> str:  # s: GenerationStats
     )
 
 
+def _info(args: argparse.Namespace) -> int:
+    import json
+
+    from swiftspec.kernels.capability import capability
+
+    report = capability()
+    print(json.dumps(report.to_json(), indent=2) if args.json else "\n".join(report.lines()))
+    return 0
+
+
 def _models(args: argparse.Namespace) -> int:
     from swiftspec.weights import bundled
 
@@ -112,6 +125,8 @@ def run(argv: list[str] | None = None) -> int:
         from swiftspec import bench
 
         return bench.run(args)
+    if args.command == "info":
+        return _info(args)
     return _models(args)
 
 

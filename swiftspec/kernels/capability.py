@@ -1,0 +1,99 @@
+"""What the CPU kernels can do on this machine: the capability report behind `swiftspec info`,
+the bench's machine record, and the one-time warning of a mode that falls back to torch."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from swiftspec.kernels import cpu_ext
+
+# The CPU flags (as /proc/cpuinfo names them) that decide an ISA level, lowest level first.
+FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16",
+            "avx_vnni", "amx_tile")
+OP_WORDS = {
+    "quant_linear": "int8/int4 linear",
+    "bf16_linear": "bf16 linear (<= 16 rows)",
+    "attention": "masked attention (<= 16 rows)",
+    "rowwise": "RMSNorm, SwiGLU, RoPE + cache store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """The kernels' view of this machine."""
+
+    cpu: str
+    features: list[str]  # the FEATURES this CPU reports
+    detected_level: str  # the best ISA level the CPU runs
+    level: str  # the level in use: detected, capped by SWIFTSPEC_ISA
+    cap: str | None  # SWIFTSPEC_ISA as set, or None
+    paths: dict[str, str]  # op -> the ISA path it runs, or "torch" (reference fallback)
+    threads: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        cap = f" (capped by {cpu_ext.ISA_ENV}={self.cap})" if self.cap else ""
+        rows = [f"cpu: {self.cpu}", f"features: {' '.join(self.features) or 'none of ' + ', '.join(FEATURES)}",
+                f"isa level: {self.level}{cap}; this CPU runs up to {self.detected_level}",
+                f"threads: {self.threads}", "kernels:"]
+        width = max(len(w) for w in OP_WORDS.values())
+        for op, words in OP_WORDS.items():
+            path = self.paths[op]
+            rows.append(f"  {words:<{width}}  {path}{'  (fallback: slow)' if path == 'torch' else ''}")
+        rows.append(f"  {'prefill (> 16 rows)':<{width}}  {prefill_words(self.paths)}")
+        if "amx_tile" in self.features:
+            rows.append("note: AMX is reported but never used (some VMs trap AMX tiles)")
+        return rows
+
+
+def prefill_words(paths: dict[str, str]) -> str:
+    """How long calls (prompt prefill) run their bf16 linears and attention here."""
+    bf16 = "oneDNN bf16" if paths["bf16_linear"] == "avx512-bf16" else "fp32 GEMM on widened weights"
+    return f"bf16 linear: {bf16}; attention: torch SDPA"
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def capability() -> Capability:
+    """This process's capability report (builds the kernels on first use)."""
+    flags = cpu_flags()
+    paths = {op: cpu_ext.LEVEL_NAMES[lv] if lv else "torch" for op, lv in cpu_ext.kernel_paths().items()}
+    cap = os.environ.get(cpu_ext.ISA_ENV) or None
+    return Capability(cpu=_cpu_model(), features=[f for f in FEATURES if f in flags],
+                      detected_level=cpu_ext.LEVEL_NAMES[cpu_ext.detected_level()], level=cpu_ext.isa(),
+                      cap=cap, paths=paths, threads=torch.get_num_threads())
+
+
+@functools.cache
+def warn_fallbacks() -> None:
+    """Says once per process, on stderr, which kernels of a CPU model fall back to torch here."""
+    slow = [OP_WORDS[op] for op, lv in cpu_ext.kernel_paths().items() if lv == 0]
+    if slow:
+        print(f"swiftspec: the {', '.join(slow)} kernels run on the torch reference at ISA level {cpu_ext.isa()} "
+              "(slow, and speculative greedy output may differ from ar at near-ties)", file=sys.stderr)
