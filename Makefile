@@ -40,10 +40,12 @@ bench-check: install
 		--warmup 0 --out bench_out/check
 	$(PY) -m swiftspec.bench.check bench_out/check
 
-# llama.cpp's Python bindings, built from source without -march=native (AMX faults in some VMs).
+# llama.cpp's Python bindings, built from source for this CPU's own features (never -march=native,
+# AMX off: it faults in some VMs); SWIFTSPEC_ISA=avx2 builds an AVX2-only peer on an AVX-512 host.
 install-llamacpp: install
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
-		$(PY) -m pip install -q llama-cpp-python
+	$(PY) -m pip install -q "numpy>=1.20" "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3"
+	CMAKE_ARGS="$$($(PY) tools/llamacpp_cmake_args.py)" $(PY) -m pip install -q --no-cache-dir \
+		--force-reinstall --no-deps llama-cpp-python
 
 bench-kernels: install
 	$(PY) bench/kernels.py
