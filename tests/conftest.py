@@ -62,8 +62,9 @@ ISA_BOUNDS = sorted({ISA_LEVELS[0], ISA_LEVELS[-1]}) if ISA_LEVELS else []
 
 
 def run_at_level(monkeypatch: pytest.MonkeyPatch, level: int) -> None:
-    """Caps this process's kernels at `level` until monkeypatch undoes it (as SWIFTSPEC_ISA would
-    at start-up)."""
+    """Caps this process's kernels at `level` until monkeypatch undoes it, as SWIFTSPEC_ISA does at
+    start-up; the variable is set too, so worker processes started meanwhile run at that level."""
+    monkeypatch.setenv(cpu_ext.ISA_ENV, cpu_ext.LEVEL_NAMES[level])
     monkeypatch.setitem(cpu_ext._state, "level", level)
     monkeypatch.setitem(cpu_ext._state, "paths", cpu_ext.kernel_paths(level))
 

@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo_mod.add_arguments(demo)
 
+    ppl = sub.add_parser("perplexity", help="perplexity of each weight format on a text (llama-perplexity windows)")
+    from swiftspec.bench import perplexity
+
+    perplexity.add_arguments(ppl)
+
     info = sub.add_parser("info", help="CPU features, the ISA level in use and the path of each kernel")
     info.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -127,6 +132,10 @@ def run(argv: list[str] | None = None) -> int:
         return bench.run(args)
     if args.command == "info":
         return _info(args)
+    if args.command == "perplexity":
+        from swiftspec.bench import perplexity
+
+        return perplexity.run(args)
     return _models(args)
 
 
