@@ -83,7 +83,9 @@ inline float hsum8(__m256 v) {
 // 2^(n >> 1) * 2^(n - (n >> 1)), each a normal float for the clamped n in [-126, 145]: P * 2^(n >> 1)
 // is exact and the second product rounds once, so the result is P * 2^n rounded once, as scalef
 // gives it (subnormal results included).  Inputs below -87 give ~0 and above ~88.7 overflow to
-// +inf, as expf does.
+// +inf, as expf does.  The empty asm makes the result a finished value: GCC would otherwise fuse
+// the last product into an FMA with a later add (1 + exp(-x) of SiLU, a softmax's sum), which
+// scalef's result on AVX-512 never is.
 inline __m256 exp_ps(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(100.0f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
@@ -102,7 +104,9 @@ inline __m256 exp_ps(__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 s_lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(lo, bias), 23));
   const __m256 s_hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(hi, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(p, s_lo), s_hi);
+  __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, s_lo), s_hi);
+  __asm__("" : "+x"(e));
+  return e;
 }
 
 }  // namespace

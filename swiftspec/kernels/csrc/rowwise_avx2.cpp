@@ -28,14 +28,22 @@ inline __m256 round_to(__m256 y, bool bf16) {
   return y;
 }
 
+// fn(i, m) over [0, n) in chunks of m = 8 values, then one last partial chunk: inlined, the full
+// chunks see the constant m = 8 and run without the tail's branches.
+template <typename Fn>
+inline void by8(int64_t n, const Fn& fn) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) fn(i, int64_t{8});
+  if (i < n) fn(i, n - i);
+}
+
 // One row's second RMSNorm pass: out = round(round(x * inv) * weight), x already in the dtype.
 void scale_row(const void* x, void* out, const void* weight, int64_t n, float inv, bool bf16) {
   const __m256 vinv = _mm256_set1_ps(inv);
-  for (int64_t i = 0; i < n; i += 8) {
-    const int64_t m = n - i;
+  by8(n, [&](int64_t i, int64_t m) {
     const __m256 y = round_to(_mm256_mul_ps(load8(x, bf16, i, m), vinv), bf16);
     store8(out, bf16, i, round_to(_mm256_mul_ps(y, load8(weight, bf16, i, m)), bf16), m);
-  }
+  });
 }
 
 inline float inv_rms(__m256 sum_sq, int64_t n, float eps) {
@@ -61,30 +69,31 @@ void rotate_head(const void* src, const void* cos, const void* sin, void* dst, i
 
 void rms_norm_rows_avx2(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1) {
   const int64_t n = a.cols;
+  const bool bf16 = a.bf16;
   for (int64_t r = r0; r < r1; ++r) {
     const void* x = static_cast<const char*>(a.x) + r * a.ldx * a.esz;
     __m256 ss = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-      const __m256 v = load8(x, a.bf16, i, n - i);
+    by8(n, [&](int64_t i, int64_t m) {
+      const __m256 v = load8(x, bf16, i, m);
       ss = _mm256_fmadd_ps(v, v, ss);
-    }
-    scale_row(x, static_cast<char*>(a.out) + r * a.ldo * a.esz, weight, n, inv_rms(ss, n, eps), a.bf16);
+    });
+    scale_row(x, static_cast<char*>(a.out) + r * a.ldo * a.esz, weight, n, inv_rms(ss, n, eps), bf16);
   }
 }
 
 void add_rms_norm_rows_avx2(const AddNormArgs& a, int64_t r0, int64_t r1) {
   const int64_t n = a.cols;
+  const bool bf16 = a.bf16;
   for (int64_t r = r0; r < r1; ++r) {
     void* x = static_cast<char*>(a.x) + r * a.ldx * a.esz;
     const void* d = static_cast<const char*>(a.d) + r * a.ldd * a.esz;
     __m256 ss = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-      const int64_t m = n - i;
-      const __m256 v = round_to(_mm256_add_ps(load8(x, a.bf16, i, m), load8(d, a.bf16, i, m)), a.bf16);
-      store8(x, a.bf16, i, v, m);
+    by8(n, [&](int64_t i, int64_t m) {
+      const __m256 v = round_to(_mm256_add_ps(load8(x, bf16, i, m), load8(d, bf16, i, m)), bf16);
+      store8(x, bf16, i, v, m);
       ss = _mm256_fmadd_ps(v, v, ss);
-    }
-    scale_row(x, static_cast<char*>(a.out) + r * a.ldo * a.esz, a.weight, n, inv_rms(ss, n, a.eps), a.bf16);
+    });
+    scale_row(x, static_cast<char*>(a.out) + r * a.ldo * a.esz, a.weight, n, inv_rms(ss, n, a.eps), bf16);
   }
 }
 
@@ -106,18 +115,18 @@ void rope_store_rows_avx2(const RopeArgs& a, int64_t t0, int64_t t1) {
 
 void silu_mul_rows_avx2(const RowArgs& a, int64_t r0, int64_t r1) {
   const int64_t n = a.cols;
+  const bool bf16 = a.bf16;
   const __m256 one = _mm256_set1_ps(1.f);
   for (int64_t r = r0; r < r1; ++r) {
     const void* gate = static_cast<const char*>(a.x) + r * a.ldx * a.esz;
     const void* up = static_cast<const char*>(gate) + n * a.esz;
     void* out = static_cast<char*>(a.out) + r * a.ldo * a.esz;
-    for (int64_t i = 0; i < n; i += 8) {
-      const int64_t m = n - i;
-      const __m256 g = load8(gate, a.bf16, i, m);
+    by8(n, [&](int64_t i, int64_t m) {
+      const __m256 g = load8(gate, bf16, i, m);
       const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
-      const __m256 s = round_to(_mm256_div_ps(g, _mm256_add_ps(one, e)), a.bf16);
-      store8(out, a.bf16, i, round_to(_mm256_mul_ps(s, load8(up, a.bf16, i, m)), a.bf16), m);
-    }
+      const __m256 s = round_to(_mm256_div_ps(g, _mm256_add_ps(one, e)), bf16);
+      store8(out, bf16, i, round_to(_mm256_mul_ps(s, load8(up, bf16, i, m)), bf16), m);
+    });
   }
 }
 
