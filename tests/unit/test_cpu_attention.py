@@ -1,7 +1,8 @@
-"""The AVX-512 masked attention: accuracy against SDPA, layout invariance, dispatch, and the
-end-to-end property it exists for: a token tree verified in one forward gets, on every branch, the
-logits that decoding the branch one token at a time gets (bitwise, with bf16 weights; fp32
-linears run on MKL, whose results depend on the batch)."""
+"""The masked attention kernels (AVX2 and AVX-512, each test at every ISA level this CPU has):
+accuracy against SDPA, layout invariance, dispatch, and the end-to-end property they exist for: a
+token tree verified in one forward gets, on every branch, the logits that decoding the branch one
+token at a time gets (bitwise, with bf16 weights; fp32 linears run on MKL, whose results depend on
+the batch)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from swiftspec.tree import mask_from_parents
 from swiftspec.weights import load_model
 
 
-@pytest.fixture(scope="module")
-def attn_ext():
+@pytest.fixture
+def attn_ext(isa_level: int):
+    """The extension, with the process capped at each ISA level in turn (isa_level)."""
     if not cpu_ext.available("attention"):
-        pytest.skip("no AVX-512 on this CPU (or the C++ kernels could not be built)")
+        pytest.skip(f"no attention kernel at {cpu_ext.LEVEL_NAMES[isa_level]}")
     return cpu_ext.load()
 
 
@@ -35,7 +37,8 @@ def _inputs(t: int, h: int, hkv: int, d: int, s: int, dtype: torch.dtype, seed: 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-6), (torch.bfloat16, 1e-2)])
 @pytest.mark.parametrize("shape", [(1, 12, 2, 128, 300), (8, 12, 2, 128, 64), (5, 14, 2, 64, 77), (16, 4, 4, 16, 9),
-                                   (4, 40, 2, 32, 50)])  # last: 20 query heads per KV head, in blocks of 16
+                                   (4, 40, 2, 32, 50),  # 20 query heads per KV head, in blocks of 16
+                                   (2, 10, 2, 256, 40)])  # the largest head dim; 5 heads per KV head
 def test_matches_sdpa(attn_ext, dtype, tol, shape) -> None:
     t, h, hkv, d, s = shape
     q, k, v, mask = _inputs(t, h, hkv, d, s, dtype, seed=s)
@@ -95,7 +98,7 @@ def _decode(model, prompt: torch.Tensor, chain: list[int]) -> torch.Tensor:
 @pytest.mark.parametrize("weights", ["bf16", "int8"])  # int4 needs K % 128 == 0
 def test_tree_forward_equals_branch_by_branch_decoding(attn_ext, tiny_qwen_dir, weights) -> None:
     if not cpu_ext.available("bf16_linear"):
-        pytest.skip("no AVX-512 BF16: bf16 linears run on oneDNN")
+        pytest.skip("no bf16 linear kernel at this level: bf16 linears run on oneDNN")
     model = load_model(str(tiny_qwen_dir), LoadConfig(dtype="bfloat16")).model
     kernels.prepare_model_(model, weights)  # every linear on a batch-invariant kernel
     if model.args.head_dim % 16:

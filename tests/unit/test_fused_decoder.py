@@ -1,6 +1,7 @@
 """The fused CPU decoder (kernels.cpu_decoder): bit for bit the unfused model's forward (hidden
 states and the K/V it caches) at every row count it takes, for every weight format and both
-activation dtypes; rebuilt when the weights are repacked; never used where it does not apply."""
+activation dtypes, at the lowest and the highest ISA level this CPU has; rebuilt when the weights
+are repacked; never used where it does not apply."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ PROMPT = 20  # > MAX_FUSED_CPU_ROWS: the prefill runs unfused in both models
 PARENTS = torch.tensor([-1, 0, 0, 1, 1, 2, 3])  # a 7-node tree verified after the prompt
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _needs_avx512():
-    if not cpu_ext.available("rowwise"):
-        pytest.skip("no AVX-512 on this CPU (or the C++ kernels could not be built)")
+@pytest.fixture(autouse=True)
+def _needs_kernels(isa_bound: int):
+    """Every test runs at the lowest and the highest ISA level (isa_bound)."""
+    if not (cpu_ext.available("rowwise") and cpu_ext.available("attention")):
+        pytest.skip(f"no attention or row-wise kernels at {cpu_ext.LEVEL_NAMES[isa_bound]}")
 
 
 def _args(arch: str, heads: int, kv_heads: int, head_dim: int) -> ModelArgs:
@@ -67,8 +69,8 @@ CASES = [("qwen2", torch.bfloat16, "bf16", (4, 2, 16)), ("qwen2", torch.bfloat16
 
 @pytest.mark.parametrize("arch,dtype,weights,heads", CASES)
 def test_fused_equals_unfused(arch, dtype, weights, heads) -> None:
-    if weights == "bf16" and not cpu_ext.available("bf16_linear"):
-        pytest.skip("no AVX-512 BF16: bf16 weights stay on oneDNN, unfused")
+    if weights == "bf16" and cpu_ext.kernel_paths()["bf16_linear"] == 0:
+        pytest.skip("no bf16 linear kernel at this level: bf16 weights stay on oneDNN, unfused")
     model = _model(_args(arch, *heads), dtype, weights)
     assert model._cpu_decoder(PARENTS.numel()) is not None  # the fused path is taken
     fused, fused_cache = _calls(model, fused=True)

@@ -1,19 +1,27 @@
-// Torch glue of the layout-invariant masked attention (kernel in attention_avx512.cpp).
+// Torch glue of the layout-invariant masked attention (kernels in attention_avx512.cpp and
+// attention_avx2.cpp).
 #include "glue.h"
 #include "parallel.h"
 
 namespace swiftspec {
 
 int64_t attention_path(int64_t level) {
-  return level >= kAvx512 ? kAvx512 : kNoIsa;
+  return level >= kAvx512 ? kAvx512 : level == kAvx2 ? kAvx2 : kNoIsa;
 }
 
 void run_attention(const AttnArgs& a, int64_t level) {
-  TORCH_CHECK(attention_path(level) != kNoIsa, "attention: no kernel at ISA level ", level);
+  const int64_t path = attention_path(level);
+  TORCH_CHECK(path != kNoIsa, "attention: no kernel at ISA level ", level);
   at::parallel_for(0, a.T * a.Hkv, 1, [&](int64_t w0, int64_t w1) {
     thread_local std::vector<int32_t> idx;
     thread_local std::vector<float> scores;
-    attention_items_avx512(a, w0, w1, sized(idx, a.S), sized(scores, a.S * (a.H / a.Hkv)));
+    int32_t* const ix = sized(idx, a.S);  // both paths: S slots, S scores per query head of a group
+    float* const sc = sized(scores, a.S * (a.H / a.Hkv));
+    if (path == kAvx2) {
+      attention_items_avx2(a, w0, w1, ix, sc);
+    } else {
+      attention_items_avx512(a, w0, w1, ix, sc);
+    }
   });
 }
 

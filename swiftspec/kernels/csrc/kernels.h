@@ -155,6 +155,12 @@ struct RopeArgs {
 void rope_store_rows_avx512(const RopeArgs& a, int64_t t0, int64_t t1);
 
 void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
+// The AVX2 twins (attention_avx2.cpp, rowwise_avx2.cpp): same contracts and scratch, own bits.
+void attention_items_avx2(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
+void rms_norm_rows_avx2(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1);
+void silu_mul_rows_avx2(const RowArgs& a, int64_t r0, int64_t r1);
+void add_rms_norm_rows_avx2(const AddNormArgs& a, int64_t r0, int64_t r1);
+void rope_store_rows_avx2(const RopeArgs& a, int64_t t0, int64_t t1);
 void bf16_cols_avx512(const Bf16Gemm& g, int64_t n0, int64_t n1);
 
 }  // namespace swiftspec

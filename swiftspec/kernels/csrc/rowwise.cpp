@@ -1,5 +1,6 @@
-// Torch glue of the row-wise kernels (rowwise_avx512.cpp): RMSNorm, SwiGLU activation, and the
-// dispatchers the fused decoder calls (residual add + RMSNorm, RoPE with the cache store).
+// Torch glue of the row-wise kernels (rowwise_avx512.cpp, rowwise_avx2.cpp): RMSNorm, SwiGLU
+// activation, and the dispatchers the fused decoder calls (residual add + RMSNorm, RoPE with the
+// cache store).
 #include "glue.h"
 #include "parallel.h"
 
@@ -20,22 +21,34 @@ void check_rows(const at::Tensor& x, const char* what) {
 }  // namespace
 
 int64_t rowwise_path(int64_t level) {
-  return level >= kAvx512 ? kAvx512 : kNoIsa;
+  return level >= kAvx512 ? kAvx512 : level == kAvx2 ? kAvx2 : kNoIsa;
 }
 
 void rms_norm_rows(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1, int64_t level) {
   require(level, "rms_norm");
-  rms_norm_rows_avx512(a, weight, eps, r0, r1);
+  if (rowwise_path(level) == kAvx2) {
+    rms_norm_rows_avx2(a, weight, eps, r0, r1);
+  } else {
+    rms_norm_rows_avx512(a, weight, eps, r0, r1);
+  }
 }
 
 void add_rms_norm_rows(const AddNormArgs& a, int64_t r0, int64_t r1, int64_t level) {
   require(level, "add_rms_norm");
-  add_rms_norm_rows_avx512(a, r0, r1);
+  if (rowwise_path(level) == kAvx2) {
+    add_rms_norm_rows_avx2(a, r0, r1);
+  } else {
+    add_rms_norm_rows_avx512(a, r0, r1);
+  }
 }
 
 void rope_store_rows(const RopeArgs& a, int64_t t0, int64_t t1, int64_t level) {
   require(level, "rope_store");
-  rope_store_rows_avx512(a, t0, t1);
+  if (rowwise_path(level) == kAvx2) {
+    rope_store_rows_avx2(a, t0, t1);
+  } else {
+    rope_store_rows_avx512(a, t0, t1);
+  }
 }
 
 // out [rows, n] = x / rms(x) * weight, normalized in fp32 and rounded as the model's torch code.
@@ -62,7 +75,14 @@ at::Tensor silu_mul(const at::Tensor& gate_up, int64_t level) {
   at::Tensor out = at::empty({gate_up.size(0), n}, gate_up.options());
   const RowArgs a{gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), n, n,
                   gate_up.scalar_type() == at::kBFloat16, gate_up.element_size()};
-  parallel_rows(gate_up.size(0), n, [&](int64_t r0, int64_t r1) { silu_mul_rows_avx512(a, r0, r1); });
+  const bool avx2 = rowwise_path(level) == kAvx2;
+  parallel_rows(gate_up.size(0), n, [&](int64_t r0, int64_t r1) {
+    if (avx2) {
+      silu_mul_rows_avx2(a, r0, r1);
+    } else {
+      silu_mul_rows_avx512(a, r0, r1);
+    }
+  });
   return out;
 }
 
