@@ -2,7 +2,8 @@
 
 At the default models' linear shapes and M = 1, 8, 16 rows it times torch bf16 F.linear, torch's
 weight-only kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) and swiftspec.kernels.linear
-on int8 and int4 weights and on wrapped bf16 weights ("bf16 ours", the AVX-512 BF16 kernel).
+on int8 and int4 weights and on wrapped bf16 weights ("bf16 ours": the small-M bf16 kernel of this
+process's ISA level; "bf16 avx2": its AVX2 path, timed too where the process runs a higher level).
 Every implementation cycles through enough copies of its weight to defeat the L3 cache (decode
 streams the whole model from DRAM), the rounds interleave the implementations so that noise from
 other processes hits them alike, and the tables report the minimum over rounds and sweeps (the
@@ -28,7 +29,7 @@ from swiftspec.kernels import cpu_ext
 
 ROTATE_BYTES = 160 << 20  # weight bytes each implementation cycles through (> 32 MiB L3 x 4)
 MAX_COPIES = 8
-IMPLS = ("bf16", "torch-int8", "torch-int4", "int8", "int4", "bf16-ours")
+IMPLS = ("bf16", "torch-int8", "torch-int4", "int8", "int4", "bf16-ours", "bf16-avx2")
 # name -> (layers, [(layer, N, K, uses per decoder layer)]); uses 0 = once per forward (LM head)
 MODELS = {
     "1.5B": (28, [("q|o", 1536, 1536, 2), ("k|v", 256, 1536, 2), ("gate|up", 8960, 1536, 2),
@@ -82,6 +83,9 @@ def make_impls(n: int, k: int, group: int) -> dict[str, Impl]:
     if cpu_ext.available("bf16_linear"):  # the small-M bf16 kernel (M <= 16) on the same weights
         impls["bf16-ours"] = Impl(kernels.linear, _copies(lambda: kernels.quantize_weight(w.clone(), "bf16"),
                                                           w.numel() * 2))
+    if cpu_ext.level() > cpu_ext.LEVELS["avx2"]:  # the AVX2 path, as AVX2-only CPUs run it
+        impls["bf16-avx2"] = Impl(lambda x, c: cpu_ext.bf16_linear(x, c, at_level=cpu_ext.LEVELS["avx2"]),
+                                  _copies(w.clone, w.numel() * 2))
     return impls
 
 
@@ -114,8 +118,9 @@ def _ms(t: float) -> str:
 
 
 def print_shape_table(results: dict, ms: list[int]) -> None:
-    print("| model | layer | N x K | M | bf16 | torch int8 | torch int4 | int8 | int4 | bf16 ours | int8/bf16 | int4/bf16 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | layer | N x K | M | bf16 | torch int8 | torch int4 | int8 | int4 | bf16 ours | bf16 avx2 "
+          "| int8/bf16 | int4/bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (model, layer, n, k), best in results.items():
         for m in ms:
             row = [best.get((name, m), math.nan) for name in IMPLS]
@@ -125,11 +130,12 @@ def print_shape_table(results: dict, ms: list[int]) -> None:
 
 def print_scaling_table(results: dict, ms: list[int]) -> None:
     """How our time grows with M (target: M=16 <= 1.3x M=1)."""
-    print("\n| model | layer | int8 M=8/M=1 | int8 M=16/M=1 | int4 M=8/M=1 | int4 M=16/M=1 | bf16 ours M=8/M=1 | bf16 ours M=16/M=1 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| model | layer | int8 M=8/M=1 | int8 M=16/M=1 | int4 M=8/M=1 | int4 M=16/M=1 | bf16 ours M=8/M=1 "
+          "| bf16 ours M=16/M=1 | bf16 avx2 M=8/M=1 | bf16 avx2 M=16/M=1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (model, layer, _, _), best in results.items():
         cells = [f"{best.get((f, m), math.nan) / best.get((f, ms[0]), math.nan):.2f}"
-                 for f in ("int8", "int4", "bf16-ours") for m in ms[1:]]
+                 for f in ("int8", "int4", "bf16-ours", "bf16-avx2") for m in ms[1:]]
         print(f"| {model} | {layer} | " + " | ".join(cells) + " |")
 
 

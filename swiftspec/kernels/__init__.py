@@ -55,18 +55,23 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float32)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ weight^T (+ bias [N]).
 
-    Plain tensors go to F.linear.  A wrapped bf16 weight runs the small-M bf16 kernel for a bf16
-    CPU x of at most cpu_ext.MAX_SMALL_ROWS rows, and F.linear otherwise.  An
+    Plain tensors go to F.linear.  A wrapped bf16 weight and a bf16 CPU x run the small-M bf16
+    kernel for at most cpu_ext.MAX_SMALL_ROWS rows; more rows (prefill) run F.linear where the
+    CPU has AVX-512 BF16 (oneDNN's native bf16 GEMM) and the C++ prefill GEMM below that level,
+    where oneDNN would emulate bf16 (slow, and its rounding would depend on the row count); other
+    devices and dtypes run F.linear.  An
     int8/int4 QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
     is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
     otherwise (other devices or dtypes, or no compiler)."""
     if not isinstance(weight, QuantWeight):
         return F.linear(x, weight, bias)
     if weight.fmt == "bf16":
-        rows = x.numel() // max(1, x.shape[-1])
-        if x.dtype == torch.bfloat16 and x.device.type == "cpu" and rows <= cpu_ext.MAX_SMALL_ROWS \
-                and weight.device.type == "cpu" and cpu_ext.available("bf16_linear"):
-            return cpu_ext.bf16_linear(x, weight.qweight, bias)
+        if x.dtype == torch.bfloat16 and x.device.type == "cpu" and weight.device.type == "cpu" \
+                and cpu_ext.available("bf16_linear"):
+            if x.numel() // max(1, x.shape[-1]) <= cpu_ext.MAX_SMALL_ROWS:
+                return cpu_ext.bf16_linear(x, weight.qweight, bias)
+            if cpu_ext.kernel_paths()["bf16_linear"] < cpu_ext.LEVELS["avx512-bf16"]:
+                return cpu_ext.bf16_prefill(x, weight.qweight, bias)
         return F.linear(x, weight.qweight, bias)
     if x.device.type == "cpu" and weight.device.type == "cpu" and x.dtype in _KERNEL_DTYPES:
         if cpu_ext.available("quant_linear"):

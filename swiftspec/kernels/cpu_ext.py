@@ -166,6 +166,16 @@ def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])
 
 
+def bf16_prefill(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                 at_level: int | None = None) -> torch.Tensor:
+    """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, for more than MAX_SMALL_ROWS rows of x
+    (prompt prefill) where torch has no native bf16 matmul: the C++ AVX2 GEMM on widened fp32
+    panels, fp32 accumulation (not bitwise equal to bf16_linear's small-M result).  Fewer rows
+    run bf16_linear's kernel."""
+    y = _built().bf16_linear(_rows(x, w.shape[1]), w, bias, _lvl(at_level))
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], w.shape[0])
+
+
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                      at_level: int | None = None) -> torch.Tensor:
     """q [T, H, D] (rotated) over slots [0, S) of k, v [S_max, Hkv, D] with mask [T, S] bool ->

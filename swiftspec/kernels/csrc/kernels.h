@@ -83,6 +83,27 @@ struct Bf16Gemm {
   int64_t K;
 };
 int bf16_block_channels(int64_t M);
+// The AVX2 path (bf16_gemm_avx2.cpp): bf16_split_rows_avx2 widens the M rows of x once per call
+// into xs [M, bf16_split_stride(K)] fp32 (each 16-value chunk as its 8 even then 8 odd
+// elements, zero-padded); bf16_cols_avx2 then computes channels [n0, n1) (n0 a multiple of
+// bf16_block_channels_avx2(M)) for all M rows.
+int64_t bf16_split_stride(int64_t K);
+int bf16_block_channels_avx2(int64_t M);
+void bf16_split_rows_avx2(const Bf16Gemm& g, float* xs);
+void bf16_cols_avx2(const Bf16Gemm& g, const float* xs, int64_t n0, int64_t n1);
+// bf16 linear at large M (prefill; bf16_prefill_avx2.cpp), fp32 accumulation in k order.
+// bf16_prefill_pack_x_avx2 widens passes [p0, p1) of kPrefillRows rows of x into a (passes *
+// kPrefillRows * K floats; rows past M are 0); bf16_prefill_cols_avx2 computes channels [n0, n1)
+// (n0 a multiple of kPrefillPanel) for all M rows, with kPrefillScratch floats of the calling
+// thread's scratch (a weight block and the accumulator tiles of a group of panels).
+constexpr int kPrefillRows = 6;     // rows per pass (register tile height)
+constexpr int kPrefillPanel = 16;   // channels per panel (register tile width)
+constexpr int kPrefillKc = 256;     // K-block
+constexpr int kPrefillGroup = 8;    // panels per group
+constexpr int kPrefillMc = 32;      // passes per m-block
+constexpr int64_t kPrefillScratch = (kPrefillKc + kPrefillGroup * kPrefillMc * kPrefillRows) * kPrefillPanel;
+void bf16_prefill_pack_x_avx2(const Bf16Gemm& g, float* a, int64_t p0, int64_t p1);
+void bf16_prefill_cols_avx2(const Bf16Gemm& g, const float* a, float* scratch, int64_t n0, int64_t n1);
 
 // Masked attention (attention_avx512.cpp): q [T, H, D] (rotated), k, v [S_max, Hkv, D] (cache
 // layer), mask [T, S] bool -> out [T, H, D] contiguous; all bf16 or all fp32; D % 16 == 0 and
