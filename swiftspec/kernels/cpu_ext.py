@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +35,7 @@ _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
 LEVELS = {"none": 0, "avx2": 1, "avx512": 2, "avx512-vnni": 3, "avx512-bf16": 4}
 LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
 ISA_ENV = "SWIFTSPEC_ISA"
+STALE_LOCK_S = 900  # a build lock older than this belongs to a killed build
 OPS = ("quant_linear", "bf16_linear", "attention", "rowwise")
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
@@ -57,12 +59,24 @@ def _build() -> ModuleType:
         raise RuntimeError(f"kernels target x86-64 Linux, not {sys.platform}/{os.uname().machine}")
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
+    _clear_stale_lock(out / "lock")
     sources = sorted(str(p) for p in _CSRC.glob("*.cpp"))
     ext = load(name="swiftspec_kernels", sources=sources, extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
                extra_include_paths=[str(_CSRC)], build_directory=str(out), verbose=False)
     if ext.detect_level() == 0:
         raise RuntimeError("CPU lacks AVX2/FMA/F16C")
     return ext
+
+
+def _clear_stale_lock(lock: Path) -> None:
+    """torch's JIT build waits forever on the lock file of a build that was killed (Ctrl-C during
+    the first start); a build takes minutes, so a lock untouched for STALE_LOCK_S is dead."""
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+            warnings.warn(f"swiftspec: removed the stale build lock {lock}", RuntimeWarning, stacklevel=3)
+    except FileNotFoundError:
+        pass
 
 
 def load() -> ModuleType | None:

@@ -17,7 +17,7 @@ too few to keep M = 8..16 rows bandwidth-bound).  ``quant_linear_a8_ref`` reprod
 A row's result never depends on the other rows of the batch.
 
 - bf16: not quantized.  ``qweight`` is the model's own bf16 [N, K] weight (shared storage, e.g.
-  with a tied embedding); the wrapper only routes small-M calls to the AVX-512 BF16 kernel.
+  with a tied embedding); the wrapper only routes CPU calls to the bf16 kernels (small-M, and prefill below AVX-512 BF16).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plain-torch references of the row-wise CPU kernels (csrc/rowwise_avx512.cpp): RMSNorm.
+"""Plain-torch references of the row-wise CPU kernels (csrc/rowwise_avx2.cpp, rowwise_avx512.cpp): RMSNorm.
 
 The SwiGLU activation's reference is swiglu_act_ref in swiglu.py."""
 
