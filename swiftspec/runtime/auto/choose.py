@@ -36,14 +36,15 @@ class Decision:
         return p.tokens_per_s / self.ar.tokens_per_s
 
     def _async_note(self, p: Prediction) -> str:
+        """Why async runs slower here than its overlap promises (empty when it does not)."""
         if p.slowdown <= 1.05:
             return ""
         if self.profile.device == "cuda":
             return ": both groups share one GPU"
         cores = self.profile.cores
         split = f"{self.profile.target_cores} of {cores} cores" if cores > 1 else "one core"
-        return (f": its target verifies on {split} and both groups share one memory bus "
-                f"({p.slowdown:.1f}x the serial verify time)")
+        bus = f" and both groups share one memory bus (+{100 * (p.bus - 1):.0f}%)" if p.bus > 1.02 else ""
+        return f": its target verifies on {split}{bus}, {p.slowdown:.1f}x the serial verify time"
 
     def line(self) -> str:
         """`auto: tree (int8 draft): 2.7x ar here; chain 2.4x; async 0.7x: ... [profiled in 14 s]`."""
@@ -56,17 +57,20 @@ class Decision:
 
     def async_needs(self) -> str:
         """What async would need to beat the choice here, in one line."""
-        own = self.async_own_devices
-        if own is None:
-            return "async was not profiled (it is not among the candidates)"
+        own, asy = self.async_own_devices, next((p for p in self.best_per_mode if p.mode == "async"), None)
+        if own is None or asy is None:
+            return "async was not a candidate here, so the profile says nothing about it"
+        if asy is self.choice:
+            return ("the profile predicted async fastest here; when a run disagrees, the machine's load has "
+                    "changed since it was profiled: --reprofile measures again")
         best = f"{self.choice.label}'s {self.speedup(self.choice):.1f}x ar"
-        asy = next((p for p in self.best_per_mode if p.mode == "async"), None)
-        where = f"here it verifies {asy.slowdown:.1f}x slower than alone" if asy else "here it shares the machine"
         if own.tokens_per_s > self.choice.tokens_per_s:
-            return (f"async needs its own devices or separate memory to win: {where}; with each group "
-                    f"on its own it would reach ~{self.speedup(own):.1f}x ar against {best}")
+            return (f"async needs its own devices or separate memory to win: here its target verifies "
+                    f"{asy.slowdown:.1f}x as long as the serial engines'; with each group on its own it would "
+                    f"reach ~{self.speedup(own):.1f}x ar against {best}")
         return (f"async would lose even with its own devices (~{self.speedup(own):.1f}x ar against {best}): "
-                "the target's verification is too short to hide a deep enough draft tree behind")
+                "drafting costs too little here next to verification for hiding it to repay async's "
+                "rendezvous and its tree grown before the verified branch is known")
 
 
 CPU_DRAFT_FORMATS = ("int8", "int4")

@@ -33,6 +33,10 @@ class Costs:
     def scaled(self, factor: float) -> "Costs":
         return Costs(rows=self.rows, seconds=tuple(s * factor for s in self.seconds))
 
+    def best(self, other: "Costs") -> "Costs":
+        """The faster of two measurements of the same model, row count by row count."""
+        return Costs(rows=self.rows, seconds=tuple(min(self.at(n), other.at(n)) for n in self.rows))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Position:
@@ -92,7 +96,8 @@ class Prediction:
     draft_weights: str | None  # None for ar
     tokens_per_s: float
     tokens_per_round: float
-    slowdown: float = 1.0  # async: its target forward's time against the serial engines' (cores, bus)
+    slowdown: float = 1.0  # async: its target forward's time against the serial engines' (cores and bus)
+    bus: float = 1.0  # async: the part of the slowdown from sharing the memory bus (or one GPU)
 
     @property
     def label(self) -> str:
@@ -190,7 +195,9 @@ def bus_slowdown(profile: PairProfile, draft: DraftProfile, target_s: float, dra
     if profile.device == "cuda":
         return 1.0 if profile.devices >= 2 else 2.0
     d_bytes = profile.draft_bytes[draft.weights]
-    bandwidth = max(profile.target_bytes / profile.target_alone.at(1), d_bytes / draft.alone.at(1))
+    fastest = (profile.target_bytes / profile.target_alone.at(1), profile.target_bytes / profile.target_grouped.at(1),
+               d_bytes / draft.alone.at(1), d_bytes / draft.grouped.at(1))
+    bandwidth = max(fastest)  # the most any one forward drew
     demand = profile.target_bytes / target_s + d_bytes / draft_s
     return max(1.0, demand / bandwidth)
 
@@ -199,13 +206,16 @@ def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, m
                   cal: Calibration, own_devices: bool = False) -> Prediction:
     """The draft grows the tree while the target verifies the last one: a round is the target's
     forward on its group's cores, slowed by the shared bus, plus the rendezvous.  own_devices:
-    as if each group had its own cores and memory (the serial engines' forward costs)."""
+    as if each group had its own cores and memory (each model's faster measurement, no sharing)."""
     bs, w = tree.verify_size, tree.width
-    target, drafter = (profile.target_alone, draft.alone) if own_devices else (profile.target_grouped, draft.grouped)
+    if own_devices:
+        target, drafter = profile.target_alone.best(profile.target_grouped), draft.alone.best(draft.grouped)
+    else:
+        target, drafter = profile.target_grouped, draft.grouped
     slow = 1.0 if own_devices else bus_slowdown(profile, draft, target.at(bs), drafter.at(w))
     verify_s, expand_s = slow * target.at(bs), slow * drafter.at(w)
     depth = tree.depth or min(max_depth, max(1, int(verify_s / expand_s)) + 1)
     rounds = [cal.async_accept * a for a in simulate(draft.texts, lambda text, i: tree_round(text, i, bs, depth))]
     tps, tpr = _rate(rounds, [verify_s + cal.async_s] * len(rounds))
     return Prediction(mode="async", draft_weights=draft.weights, tokens_per_s=tps, tokens_per_round=tpr,
-                      slowdown=verify_s / profile.target_alone.at(bs))
+                      slowdown=verify_s / profile.target_alone.at(bs), bus=slow)

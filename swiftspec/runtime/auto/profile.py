@@ -5,6 +5,7 @@ texts (teacher forcing: one prefill per model).  `profile_pair` returns a PairPr
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import os
@@ -12,13 +13,13 @@ import time
 
 import torch
 
-from swiftspec.config import EngineConfig
+from swiftspec.config import ConfigError, EngineConfig
 from swiftspec.parallel.groups import Layout, pinned, plan_cores
 from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.runtime.runner import ModelRunner, causal_mask
 
-TARGET_ROWS = (1, 2, 4, 8)  # row counts timed: decode, chain and tree verification (linear beyond)
+TARGET_ROWS = (1, 4, 8)  # row counts timed: decode, chain and tree verification (linear in between and beyond)
 DRAFT_ROWS = (1, 2, 4, 8)  # one leaf, the pending token, focused and full-width expansions
 TARGET_REPEATS = 2  # timed forwards per row count after one untimed; the fastest counts
 DRAFT_REPEATS = 4  # draft forwards are short, and the more exposed to other work on the machine
@@ -48,28 +49,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def forward_costs(runner: ModelRunner, rows: tuple[int, ...], cores: list[int] | None, repeats: int) -> Costs:
-    """Fastest of `repeats` forwards of n chained rows after the runner's prefix, for each n.
-
-    More rows never cost less, and other work on the machine only ever slows a forward down: so
-    each cost is the least measured at that row count or any larger one."""
+def _timed_forward(runner: ModelRunner, n: int) -> float:
+    """Seconds of one forward of n chained rows behind the runner's prefix (never committed)."""
     start, device = runner.kv.prefix_len, runner.device
-    seconds = []
-    with pinned(cores) if cores else contextlib.nullcontext():
-        for n in rows:
-            tokens = torch.arange(n, device=device) + 100  # [n]
-            slots = torch.arange(start, start + n, device=device)  # [n], behind the prefix (never committed)
-            mask = torch.cat([torch.ones(n, start, dtype=torch.bool, device=device),
-                              torch.ones(n, n, dtype=torch.bool, device=device).tril()], 1)  # [n, start + n]
-            times = []
-            for _ in range(repeats + 1):
-                t = time.perf_counter()
-                runner.forward(tokens, slots, slots, mask)
-                _sync(device)
-                times.append(time.perf_counter() - t)
-            seconds.append(min(times[1:]))
-    least = [min(seconds[i:]) for i in range(len(seconds))]
-    return Costs(rows=rows, seconds=tuple(least))
+    tokens = torch.arange(n, device=device) + 100  # [n]
+    slots = torch.arange(start, start + n, device=device)  # [n]
+    mask = torch.cat([torch.ones(n, start, dtype=torch.bool, device=device),
+                      torch.ones(n, n, dtype=torch.bool, device=device).tril()], 1)  # [n, start + n]
+    t = time.perf_counter()
+    runner.forward(tokens, slots, slots, mask)
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def forward_costs(runner: ModelRunner, rows: tuple[int, ...], placements: tuple[list[int] | None, ...],
+                  repeats: int) -> list[Costs]:
+    """For each placement (cores to pin to, None = as the engine runs), the fastest of `repeats`
+    forwards of n rows, for each n.  Passes alternate between the placements, so that a burst of
+    other work on the machine falls on all of them alike; a first pass is untimed.
+
+    More rows never cost less, and other work only ever slows a forward down: so each cost is the
+    least measured at that row count or any larger one."""
+    best = [[float("inf")] * len(rows) for _ in placements]
+    for rep in range(repeats + 1):
+        for p, cores in enumerate(placements):
+            with pinned(cores) if cores else contextlib.nullcontext():
+                times = [_timed_forward(runner, n) for n in rows]
+            if rep:
+                best[p] = [min(a, b) for a, b in zip(best[p], times)]
+    return [Costs(rows=rows, seconds=tuple(min(b[i:]) for i in range(len(b)))) for b in best]
 
 
 def teacher_forced(runner: ModelRunner, text: Text) -> torch.Tensor:
@@ -93,47 +101,64 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
     texts = builtin_texts(target.tokenizer)
     runner = ModelRunner(target.model, max(len(t.ids) for t in texts) + 2 * TARGET_ROWS[-1], TARGET_ROWS[-1])
     greedy = [teacher_forced(runner, t).argmax(-1).cpu() for t in texts]  # [n] each
-    alone = forward_costs(runner, TARGET_ROWS, None, TARGET_REPEATS)
-    grouped = forward_costs(runner, TARGET_ROWS, place.target, TARGET_REPEATS)
+    alone, grouped = forward_costs(runner, TARGET_ROWS, (None, place.target), TARGET_REPEATS)
     load = config.target_load
     target_bytes = target.args.weight_bytes(load.dtype, load.weights)
     tokenizer = target.tokenizer
     del target, runner
     gc.collect()
-    drafts = []
-    draft_bytes = {}
-    for fmt in draft_formats:
-        draft, nbytes = _profile_draft(config, fmt, texts, greedy, place, tokenizer)
-        drafts.append(draft)
-        draft_bytes[fmt] = nbytes
-        gc.collect()
+    drafts, draft_bytes = [], {}
+    loaded = _load_draft(config, tokenizer)
+    for i, fmt in enumerate(draft_formats):
+        last = i == len(draft_formats) - 1  # the others pack a copy of the loaded weights
+        draft = loaded if last else dataclasses.replace(loaded, model=copy.deepcopy(loaded.model))
+        try:
+            drafts.append(_profile_draft(config, fmt, draft, texts, greedy, place))
+        except ValueError:  # shapes this format cannot pack (int4 groups must divide each row)
+            continue
+        finally:
+            del draft
+            gc.collect()
+        draft_bytes[fmt] = loaded.args.weight_bytes(config.draft_load.dtype, fmt, drafts[-1].head_rows)
+    if not drafts:
+        raise ConfigError(f"the draft packs in none of the weight formats {', '.join(draft_formats)}")
     devices = torch.cuda.device_count() if load.device.startswith("cuda") else 0
     return PairProfile(device="cuda" if devices else "cpu", cores=place.cores,
                        target_cores=len(place.target or []) or place.cores, devices=devices,
                        target_bytes=target_bytes, draft_bytes=draft_bytes, target_alone=alone,
-                       target_grouped=grouped, drafts=tuple(drafts), seconds=time.perf_counter() - start)
+                       target_grouped=grouped, drafts=tuple(d.profile for d in drafts),
+                       seconds=time.perf_counter() - start)
 
 
-def _profile_draft(config: EngineConfig, fmt: str, texts: list[Text], greedy: list[torch.Tensor],
-                   place: Placement, target_tokenizer) -> tuple[DraftProfile, int]:
-    """The draft in weight format fmt, as the engines build it (pruned LM head, packed weights)."""
-    from swiftspec.draft import build_drafter
+def _load_draft(config: EngineConfig, target_tokenizer):  # -> swiftspec.weights.LoadedModel
+    """The draft's unpacked weights, loaded once for every format (packing happens per format)."""
     from swiftspec.runtime import check_pair
     from swiftspec.weights import load_model
 
-    load = dataclasses.replace(config.draft_load, weights=fmt)
-    draft = load_model(config.draft, load)
+    draft = load_model(config.draft, config.draft_load)
     check_pair(target_tokenizer, draft.tokenizer)
+    return draft
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Draft:
+    profile: DraftProfile
+    head_rows: int | None  # rows of its pruned LM head (None: the whole vocabulary)
+
+
+def _profile_draft(config: EngineConfig, fmt: str, draft, texts: list[Text], greedy: list[torch.Tensor],
+                   place: Placement) -> _Draft:
+    """The draft packed as fmt, as the engines build it (pruned LM head, packed weights)."""
+    from swiftspec.draft import build_drafter
+
     drafter = build_drafter(draft, config.tree, max(len(t.ids) for t in texts) + 2 * DRAFT_ROWS[-1],
                             config.draft_vocab, fmt)
     runner = drafter.runner
     guesses = tuple(_positions(teacher_forced(runner, t), drafter.vocab_map, g, t)
                     for t, g in zip(texts, greedy))
-    alone = forward_costs(runner, DRAFT_ROWS, None, DRAFT_REPEATS)
-    grouped = forward_costs(runner, DRAFT_ROWS, place.draft, DRAFT_REPEATS)
+    alone, grouped = forward_costs(runner, DRAFT_ROWS, (None, place.draft), DRAFT_REPEATS)
     head_rows = None if drafter.vocab_map is None else drafter.vocab_map.numel()
-    nbytes = draft.args.weight_bytes(load.dtype, fmt, head_rows)
-    return DraftProfile(weights=fmt, alone=alone, grouped=grouped, texts=guesses), nbytes
+    return _Draft(DraftProfile(weights=fmt, alone=alone, grouped=grouped, texts=guesses), head_rows)
 
 
 def _positions(logits: torch.Tensor, vocab_map: torch.Tensor | None, greedy: torch.Tensor,
