@@ -44,7 +44,7 @@ def _lineup(args: argparse.Namespace, config: EngineConfig):  # -> (list[(label,
         from swiftspec.runtime.auto.choose import decide
 
         decision = decide(config)
-        print(f"[swiftspec] {decision.line()}", file=sys.stderr)
+        print(decision.line(), file=sys.stderr)
     lineup: list[tuple[str, EngineConfig]] = []
     for name in names:
         cfg = decision.config if name == AUTO else dataclasses.replace(config, mode=name)

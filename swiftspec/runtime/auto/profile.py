@@ -20,9 +20,9 @@ from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.runtime.runner import ModelRunner, causal_mask
 
 TARGET_ROWS = (1, 4, 8)  # row counts timed: decode, chain and tree verification (linear in between and beyond)
-DRAFT_ROWS = (1, 2, 4, 8)  # one leaf, the pending token, focused and full-width expansions
+DRAFT_ROWS = (1, 4, 8)  # a chain's leaf, a focused and a full-width tree expansion
 TARGET_REPEATS = 2  # timed forwards per row count after one untimed; the fastest counts
-DRAFT_REPEATS = 4  # draft forwards are short, and the more exposed to other work on the machine
+DRAFT_REPEATS = 3  # draft forwards are short, and the more exposed to other work on the machine
 TOPK = 8  # draft candidates kept per position
 
 
