@@ -33,12 +33,12 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
         "bench", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--dtype", "float32",
         "--max-seq-len", "256", "--modes", "ar,chain,auto;hf-ar,llamacpp-ar", "--prompts", "2", "--dataset",
         str(dataset), "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
-        "--trace-dir", str(tmp_path / "traces"),
+        "--trace-dir", str(tmp_path / "traces"), "--chat",
     ])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     assert {"cpu", "cores", "threads", "torch", "git_commit", "date", "command"} <= set(report["machine"])
-    assert report["bandwidth_gb_s"] > 0
+    assert report["bandwidth_gb_s"] > 0 and report["settings"]["chat_template"] is True
     assert set(report["modes"]) == {"ar", "chain", "auto", "hf-ar"}
     auto = report["auto"]["auto"]  # auto's choice, measured as the mode `auto`, beside the fastest measured
     assert auto["choice"] in ("ar", "chain", "tree", "async") and auto["measured_choice"] == "auto"
