@@ -27,9 +27,10 @@ test: install
 test-fast: install
 	$(PY) -m pytest -m "not slow"
 
-# `;` separates groups loaded one after another: all eight modes at once need ~20 GB.
+# `;` separates groups loaded one after another: all eight modes at once need ~20 GB. `auto` runs
+# the engine --mode auto picks; the report sets it beside the fastest measured mode.
 # llama.cpp peers need `make install-llamacpp` (or LLAMA_SERVER=path/to/llama-server); else skipped.
-BENCH_MODES ?= ar,chain,tree,async,hf-ar,hf-assisted;ar@int8,tree@int8,ar@int4,chain@int4,tree@int4,async@int4,llamacpp-ar,llamacpp-spec
+BENCH_MODES ?= ar,chain,tree,async,auto,hf-ar,hf-assisted;ar@int8,tree@int8,ar@int4,chain@int4,tree@int4,async@int4,llamacpp-ar,llamacpp-spec
 bench: install
 	$(PY) -m swiftspec.serve.cli bench --modes "$(BENCH_MODES)" --prompts 10 --max-tokens 128 \
 		--temperature 0 --seed 0 --warmup 1 --out bench_out $(if $(LLAMA_SERVER),--llama-server $(LLAMA_SERVER))

@@ -11,6 +11,11 @@ class ConfigError(UserError, ValueError):
     """A user-facing configuration problem (reported as a one-line error)."""
 
 
+MODES = ("ar", "chain", "tree", "async")
+AUTO = "auto"  # choose among MODES by a cached profile of this machine and model pair (runtime/auto)
+WEIGHT_FORMATS = ("bf16", "int8", "int4")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TreeConfig:
     """Shape of the speculative tree (paper defaults: w = bs = 8)."""
@@ -49,20 +54,33 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if self.dtype not in ("bfloat16", "float32", "float16"):
             raise ConfigError(f"unsupported dtype {self.dtype!r}")
-        if self.weights not in ("bf16", "int8", "int4"):
+        if self.weights not in WEIGHT_FORMATS:
             raise ConfigError(f"unsupported weight format {self.weights!r}")
         if self.max_seq_len < 16:
             raise ConfigError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
 
 
-MODES = ("ar", "chain", "tree", "async")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutoConfig:
+    """What `--mode auto` may choose from, and whether it measures again."""
+
+    modes: tuple[str, ...] = MODES  # candidate engines; flags that apply to some modes narrow them
+    choose_draft_weights: bool = True  # False: keep draft_load.weights (--draft-weights was given)
+    reprofile: bool = False  # profile again even when this machine and pair have a cached profile
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise ConfigError("no engine is left for --mode auto to choose from")
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown:
+            raise ConfigError(f"unknown mode {unknown[0]!r} among the auto candidates")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """One engine: which models, how they are loaded, and how speculation is shaped."""
 
-    mode: str = "ar"
+    mode: str = "ar"  # one of MODES, or AUTO
     target: str = "qwen2.5-coder-1.5b-instruct"  # bundled name, .gguf path or HF dir
     draft: str = "qwen2.5-coder-0.5b-instruct"  # unused by mode "ar"
     target_load: LoadConfig = LoadConfig()
@@ -72,11 +90,12 @@ class EngineConfig:
     target_tp: int = 1
     draft_tp: int = 1
     draft_cores: int = 0  # async on CPU: threads of the draft group (0 = half the cores)
-    trace: str = ""  # async: write the per-round timeline here as JSON
+    trace: str = ""  # write each request's timeline here (Chrome trace-event JSON)
+    auto: AutoConfig = AutoConfig()  # used when mode is AUTO
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES)})")
+        if self.mode not in MODES + (AUTO,):
+            raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES + (AUTO,))})")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from swiftspec.bench import auto_report
 from swiftspec.bench.divergence import TieProbe, compare_to_ar
 from swiftspec.bench.harness import ModeSpec, RunResult, parse_modes, run_interleaved
 from swiftspec.bench.prompts import load_prompts
@@ -25,17 +26,19 @@ from swiftspec.config import EngineConfig
 from swiftspec.errors import UserError
 from swiftspec.serve.engine_args import engine_config_from_args
 
-ALL_MODES = "ar,chain,tree,async,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
+ALL_MODES = "ar,chain,tree,async,auto,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Bench flags (the model, dtype and tree flags come from add_engine_arguments)."""
     parser.add_argument("--modes", default=ALL_MODES,
-                        help="comma list of ar, chain, tree, async (optionally @bf16/@int8/@int4), hf-ar, "
+                        help="comma list of ar, chain, tree, async, auto (optionally @bf16/@int8/@int4), hf-ar, "
                              "hf-assisted, llamacpp-ar, llamacpp-spec; `;` separates groups loaded one after "
                              f"another when all modes do not fit in memory at once (default: {ALL_MODES})")
     parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
     parser.add_argument("--dataset", default=None, help='JSONL of {"prompt": ...} (default: HumanEval)')
+    parser.add_argument("--chat", action="store_true", help="send each prompt as a user message through the "
+                        "target's chat template")
     parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per prompt (default 128)")
     parser.add_argument("--out", default="bench_out", help="output directory (default bench_out)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -44,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llama-server", default=None, help="llama-server binary for the llama.cpp peers")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="CPU threads for every mode and the bandwidth test (default: all cores)")
+    parser.add_argument("--trace-dir", default=None,
+                        help="write one trace (Chrome trace-event JSON) per mode and prompt into this directory")
+    parser.add_argument("--reprofile", action="store_true", help="auto: profile this machine and pair again")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,9 +61,11 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     base = engine_config_from_args(args, mode="ar")
+    specs, decisions = auto_report.resolve(specs, base, args.draft_weights)
     sources = resolve_sources(base, specs)
     lineup = Lineup(tokenizer=load_tokenizer(sources.target, args.dtype))
-    ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens) for p in load_prompts(args.prompts, args.dataset)]
+    ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens, args.chat)
+           for p in load_prompts(args.prompts, args.dataset)]
     bandwidths = [measure_bandwidth(args.threads)]  # before any model takes memory
     results: dict[str, list[RunResult]] = {}
     groups = sorted({s.group for s in specs})
@@ -65,13 +73,15 @@ def run(args: argparse.Namespace) -> int:
         build_lineup(lineup, [s for s in specs if s.group == g], base, args, sources)
         try:
             label = "bench" if len(groups) == 1 else f"bench group {g + 1}/{len(groups)}"
-            results.update(run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup, label))
+            results.update(run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup, label,
+                                           Path(args.trace_dir) if args.trace_dir else None))
         finally:
             lineup.close()  # frees memory for the next group and the tie probe
     # Measured again after the runs: the bound must hold, so keep the faster (less disturbed) figure.
     bandwidths.append(measure_bandwidth(args.threads))
     report = build_report(specs, lineup, results, ids, max(bandwidths), base, args)
     report["bandwidth_samples_gb_s"] = [b / 1e9 for b in bandwidths]
+    report["auto"] = auto_report.auto_entries(decisions, specs, report["modes"])
     write_json(report, out / "report.json")
     write_markdown(report, out / "report.md")
     from swiftspec.bench.plot import write_plot
@@ -93,8 +103,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
 
 
-def _encode(tokenizer, text: str, base: EngineConfig, max_tokens: int) -> list[int]:
-    ids = tokenizer.encode(text)
+def _encode(tokenizer, text: str, base: EngineConfig, max_tokens: int, chat: bool) -> list[int]:
+    ids = tokenizer.chat([{"role": "user", "content": text}]) if chat else tokenizer.encode(text)
     limit = base.target_load.max_seq_len
     if len(ids) + max_tokens > limit:
         raise UserError(f"a prompt has {len(ids)} tokens; with --max-tokens {max_tokens} it exceeds "
@@ -154,6 +164,7 @@ def _settings(args: argparse.Namespace, base: EngineConfig, n_prompts: int) -> d
         "modes": args.modes,
         "prompts": n_prompts,
         "dataset": args.dataset or "HumanEval",
+        "chat_template": args.chat,
         "max_tokens": args.max_tokens,
         "temperature": args.temperature,
         "seed": args.seed,

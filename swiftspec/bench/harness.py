@@ -11,16 +11,17 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from tqdm import tqdm
 
-from swiftspec.config import MODES
+from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS
 from swiftspec.errors import UserError
+from swiftspec.runtime.trace import TraceFile
 from swiftspec.sampling import SamplingParams
 
 PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec")
-WEIGHT_FORMATS = ("bf16", "int8", "int4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +30,10 @@ class ModeSpec:
 
     name: str  # as given on the command line; the report's key
     kind: str  # "ours" | "hf" | "llamacpp"
-    variant: str  # ours: engine mode; hf: "ar" | "assisted"; llamacpp: "ar" | "spec"
+    variant: str  # ours: engine mode ("auto" until the bench resolves it); hf: "ar" | "assisted"; llamacpp: "ar" | "spec"
     weights: str | None = None  # ours: --weights override for this mode
     group: int = 0  # modes of one group are loaded together and interleaved; groups run one after another
+    draft_weights: str | None = None  # ours: the draft format auto chose for this mode
 
     @property
     def speculative(self) -> bool:
@@ -41,7 +43,8 @@ class ModeSpec:
 def parse_modes(text: str) -> list[ModeSpec]:
     """Parse --modes: comma lists of modes, `;` between groups that are loaded one after another.
 
-    A suffix `@bf16|@int8|@int4` sets the weight format of one of our modes (`tree@int4`).
+    A suffix `@bf16|@int8|@int4` sets the weight format of one of our modes (`tree@int4`); `auto`
+    runs the engine that `--mode auto` chooses.
     """
     specs: list[ModeSpec] = []
     groups = [g for g in text.split(";") if g.strip()]
@@ -59,14 +62,14 @@ def parse_modes(text: str) -> list[ModeSpec]:
 
 def _parse_one(name: str, group: int) -> ModeSpec:
     base, _, weights = name.partition("@")
-    if base in MODES:
+    if base in MODES + (AUTO,):
         if weights and weights not in WEIGHT_FORMATS:
             raise UserError(f"mode {name!r}: weight format must be one of {', '.join(WEIGHT_FORMATS)}")
         return ModeSpec(name, "ours", base, weights or None, group)
     if base in PEER_MODES and not weights:
         kind, _, variant = base.partition("-")
         return ModeSpec(name, kind, variant, None, group)
-    raise UserError(f"unknown bench mode {name!r} (choose from {', '.join(MODES + PEER_MODES)})")
+    raise UserError(f"unknown bench mode {name!r} (choose from {', '.join(MODES + (AUTO,) + PEER_MODES)})")
 
 
 @dataclass(slots=True)
@@ -167,10 +170,12 @@ def run_interleaved(
     seed: int,
     warmup: int,
     label: str = "bench",
+    trace_dir: Path | None = None,
 ) -> dict[str, list[RunResult]]:
     """Warm every runner up, then time prompt by prompt, every mode in turn; results per mode name.
 
-    Warm-up runs cycle over the prompts with at most 32 new tokens and are not recorded.
+    Warm-up runs cycle over the prompts with at most 32 new tokens and are not recorded.  With
+    trace_dir, each timed run of our engines writes <trace_dir>/<mode>-prompt<i>.json.
     """
     results: dict[str, list[RunResult]] = {name: [] for name in runners}
     with tqdm(total=(warmup + len(prompts)) * len(runners), desc=label, unit="run", file=sys.stderr) as bar:
@@ -183,6 +188,11 @@ def run_interleaved(
         for i, prompt in enumerate(prompts):
             for name, runner in runners.items():
                 bar.set_postfix_str(f"{name} prompt {i + 1}")
+                traced = trace_dir is not None and isinstance(runner, EngineRunner)
+                if traced:
+                    runner.engine.trace = TraceFile(trace_dir / f"{name}-prompt{i}.json", name)
                 results[name].append(runner.generate(prompt, max_new_tokens, seed + i))
+                if traced:
+                    runner.engine.trace = None
                 bar.update(1)
     return results

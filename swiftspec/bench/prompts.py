@@ -12,7 +12,8 @@ from swiftspec.errors import UserError
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """One benchmark prompt: a stable id for the report and the raw text (sent without a chat template)."""
+    """One benchmark prompt: a stable id for the report and the raw text (through the chat template
+    only with `bench --chat`)."""
 
     id: str
     text: str

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from swiftspec.bench import auto_report
 from swiftspec.bench.summary import DEFINITIONS
 
 
@@ -93,7 +94,8 @@ def markdown(report: dict) -> str:
         "",
         f"{mach['cpu']}, {mach['cores']} cores, {mach['threads']} threads; torch {mach['torch']}, "
         f"transformers {mach['transformers']}; commit `{mach['git_commit']}`; {mach['date']}.",
-        f"{s['prompts']} prompts from {s['dataset']}, {s['max_tokens']} new tokens, temperature "
+        f"{s['prompts']} prompts from {s['dataset']}{' (chat template)' if s.get('chat_template') else ''}, "
+        f"{s['max_tokens']} new tokens, temperature "
         f"{s['temperature']}, seed {s['seed']}, {s['warmup']} warm-up runs per mode; measured read bandwidth "
         f"{report['bandwidth_gb_s']:.1f} GB/s.",
         "",
@@ -109,6 +111,7 @@ def markdown(report: dict) -> str:
         lines += [f"- `{n}`: prompt {d['prompt']}, token {d['token_index']} (ar {d['ar_token']}, "
                   f"mode {d['mode_token']}), tie: {d['tie']}, gap {_fmt(d['logit_gap'], '.4g')} "
                   f"vs tolerance {_fmt(d['tolerance'], '.4g')}" for n, ds in divergent.items() for d in ds]
+    lines += auto_report.markdown_lines(report.get("auto", {}))
     if report["skipped"]:
         lines += ["", "Skipped:"] + [f"- `{n}`: {why}" for n, why in report["skipped"].items()]
     lines += ["", "Definitions:"] + [f"- {k}: {v}" for k, v in DEFINITIONS.items()]

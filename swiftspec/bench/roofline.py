@@ -23,11 +23,6 @@ import torch
 
 from swiftspec.model.args import ModelArgs
 
-# Bytes per weight of our quantized formats (swiftspec.kernels.quant): int8 is one byte plus a
-# per-channel scale (negligible); int4 is half a byte plus an fp16 scale and min per 128-weight group.
-_FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128}
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
 
 @dataclass(frozen=True, slots=True)
 class WeightBytes:
@@ -66,19 +61,9 @@ def measure_bandwidth(threads: int, gib: float = 1.0, repeats: int = 10) -> floa
         torch.set_num_threads(saved)
 
 
-def linear_weights(args: ModelArgs) -> int:
-    """Number of weights in every linear layer plus the LM head (embeddings and norms excluded)."""
-    q = args.num_heads * args.head_dim
-    kv = args.num_kv_heads * args.head_dim
-    h, i = args.hidden_size, args.intermediate_size
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
-    return args.num_layers * per_layer + args.vocab_size * h
-
-
 def our_weight_bytes(args: ModelArgs, dtype: str, weights: str) -> int:
     """Bytes our engine reads per forward: weights in format `weights` ("bf16" = the working dtype)."""
-    per_weight = _FORMAT_BYTES.get(weights, _DTYPE_BYTES[dtype])
-    return int(linear_weights(args) * per_weight)
+    return args.weight_bytes(dtype, weights)
 
 
 def model_args(path: Path) -> ModelArgs:

@@ -16,7 +16,7 @@ import torch
 
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, model_args, our_weight_bytes
-from swiftspec.config import EngineConfig
+from swiftspec.config import EngineConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
 
 
@@ -39,13 +39,14 @@ class Lineup:
 
 def mode_config(base: EngineConfig, spec: ModeSpec, draft_weights: str | None) -> EngineConfig:
     """The EngineConfig of one of our modes: `tree@int4` sets the target's weight format, and the
-    draft's unless --draft-weights is given (default_draft_weights)."""
+    draft's unless auto chose it for this mode or --draft-weights is given (default_draft_weights)."""
     target_load = dataclasses.replace(base.target_load, weights=spec.weights or base.target_load.weights)
+    draft = spec.draft_weights or draft_weights or default_draft_weights(target_load)
     return dataclasses.replace(
         base,
         mode=spec.variant,
         target_load=target_load,
-        draft_load=dataclasses.replace(base.draft_load, weights=draft_weights or default_draft_weights(target_load)),
+        draft_load=dataclasses.replace(base.draft_load, weights=draft),
     )
 
 
@@ -157,10 +158,10 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sour
                                       args.temperature, log, draft)
         lineup.backends[spec.name] = f"llama-server {args.llama_server}"
     else:
-        runner = lc.LlamaPyRunner(sources.target, args.threads, args.max_seq_len, eos, args.temperature,
-                                  draft, args.chain_length)
+        k = TreeConfig().chain_length if args.chain_length is None else args.chain_length
+        runner = lc.LlamaPyRunner(sources.target, args.threads, args.max_seq_len, eos, args.temperature, draft, k)
         lineup.backends[spec.name] = f"llama-cpp-python {lc.llama_cpp_version()}" + (
-            f" (draft model, k={args.chain_length})" if draft else "")
+            f" (draft model, k={k})" if draft else "")
     lineup.runners[spec.name] = runner
     draft_bytes = gguf_weight_bytes(draft) if draft else 0
     lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)

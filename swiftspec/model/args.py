@@ -8,6 +8,10 @@ from typing import Any
 from swiftspec.config import ConfigError
 
 SUPPORTED_ARCHS = ("llama", "qwen2")
+# Bytes per weight of our quantized formats (swiftspec.kernels.quant): int8 is one byte plus a
+# per-channel scale (negligible); int4 is half a byte plus an fp16 scale and min per 128-weight group.
+FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +50,19 @@ class ModelArgs:
             raise ConfigError(f"unsupported architecture {self.arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError("num_heads must be a multiple of num_kv_heads")
+
+    def linear_weights(self, head_rows: int | None = None) -> int:
+        """Weights in every linear layer plus the LM head (head_rows of them; default: the whole
+        vocabulary), embeddings and norms excluded: what one forward reads."""
+        q = self.num_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        h, i = self.hidden_size, self.intermediate_size
+        per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
+        return self.num_layers * per_layer + (self.vocab_size if head_rows is None else head_rows) * h
+
+    def weight_bytes(self, dtype: str, weights: str, head_rows: int | None = None) -> int:
+        """Bytes our engine reads per forward with weights in format `weights` ("bf16" = dtype)."""
+        return int(self.linear_weights(head_rows) * FORMAT_BYTES.get(weights, DTYPE_BYTES[dtype]))
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any]) -> "ModelArgs":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
-from swiftspec.config import ConfigError, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.config import AUTO, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime.base import Engine, GenerationStats
 
 
@@ -16,7 +18,24 @@ def chain_config(tree: TreeConfig) -> TreeConfig:
 
 
 def build_engine(config: EngineConfig) -> Engine:
-    """Load the models and build the engine that `config.mode` names."""
+    """Load the models and build the engine that `config.mode` names; for `auto`, the one that
+    runtime.auto chooses (it says which, and why, in one line on stderr).  With config.trace set,
+    every request's timeline goes to that file."""
+    if config.mode == AUTO:
+        from swiftspec.runtime.auto.choose import decide
+
+        decision = decide(config)
+        print(decision.line(), file=sys.stderr, flush=True)
+        config = decision.config
+    engine = _build(config)
+    if config.trace:
+        from swiftspec.runtime.trace import TraceFile
+
+        engine.trace = TraceFile(Path(config.trace), config.mode)
+    return engine
+
+
+def _build(config: EngineConfig) -> Engine:
     from swiftspec.weights import load_model
 
     _check_placement(config)
@@ -34,7 +53,7 @@ def build_engine(config: EngineConfig) -> Engine:
     from swiftspec.runtime.serial import SerialEngine
 
     draft = load_model(config.draft, config.draft_load)
-    check_pair(target, draft)
+    check_pair(target.tokenizer, draft.tokenizer)
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
     drafter = build_drafter(draft, tree, max_seq_len, config.draft_vocab, config.draft_load.weights)
     return SerialEngine(target, drafter, tree, max_seq_len)
@@ -65,10 +84,10 @@ def default_draft_weights(target: LoadConfig) -> str:
     return "int8" if cpu_ext.load() is not None else "bf16"
 
 
-def check_pair(target, draft) -> None:
+def check_pair(target, draft) -> None:  # the Tokenizers of target and draft (swiftspec.tokenizer)
     """Draft and target must share a tokenizer: the tree carries token ids between them."""
     probe = "def check(pair):\n    return 'ok'  # ünï\n"
-    if target.tokenizer.encode(probe) != draft.tokenizer.encode(probe):
+    if target.encode(probe) != draft.encode(probe):
         raise ConfigError("the draft model's tokenizer differs from the target's; pick a draft of the same family")
 
 

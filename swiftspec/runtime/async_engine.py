@@ -27,7 +27,7 @@ from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState,
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
 from swiftspec.runtime.target import TreeVerifier
 from swiftspec.tree import mask_from_parents
-from swiftspec.runtime.trace import CODE, Timeline, summarize, write_json
+from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
 INIT_TIMEOUT_S = 600.0  # loading a model on a busy machine can take minutes
@@ -46,6 +46,7 @@ class AsyncEngine:
         self.verify_size = config.tree.verify_size
         self.stats = GenerationStats()
         self.trace_summary: dict = {}
+        self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
         self._closing = False
         init_method = _torchrun_init(config, self.layout) or self._spawn_workers()
         self.groups = init_groups(self.layout, 0, _backend(config), init_method, INIT_TIMEOUT_S)
@@ -121,7 +122,7 @@ class AsyncEngine:
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
-        with pinned(self.prefill_cores) if self.on_cpu else contextlib.nullcontext():
+        with pinned(self.prefill_cores) if self.on_cpu else contextlib.nullcontext(), timeline.span("prefill"):
             first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params))
         self._tree_in_flight, stop_sent = True, False
@@ -165,6 +166,7 @@ class AsyncEngine:
             emitted = acc.tokens.tolist()  # the one host sync of the round
             nodes = acc.path[: len(emitted)]
             self.verifier.commit(nodes)
+        timeline.count(len(emitted), tree.tokens.numel())
         return emitted, Verified(tokens=torch.tensor(emitted), nodes=nodes.cpu(), stop=False)
 
     def _send_verified(self, verified: Verified, timeline: Timeline) -> None:
@@ -182,8 +184,8 @@ class AsyncEngine:
         stats.verify_s = sum(e - s for c, s, e in timeline.events if c in (CODE["forward"], CODE["verify"]))
         target_ev = timeline.as_tensor()
         self.trace_summary = summarize(target_ev, reply.events)
-        if self.config.trace:
-            write_json(self.config.trace, target_ev, reply.events)
+        if self.trace is not None:
+            self.trace.add(request_trace(timeline, reply.events))
 
     def _choose_depth(self) -> int:
         """d by profiling: time both sides at d = 1, then keep the faster of floor(t_t/t_d) and +1."""

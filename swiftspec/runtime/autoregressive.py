@@ -8,6 +8,7 @@ import torch
 
 from swiftspec.runtime.base import GenerationStats, RequestState
 from swiftspec.runtime.runner import ModelRunner
+from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
 
@@ -19,6 +20,7 @@ class AutoregressiveEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.stats = GenerationStats()
+        self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
 
     def generate(
         self,
@@ -31,17 +33,26 @@ class AutoregressiveEngine:
         self.stats = req.stats
         self.runner.kv.reset()
         rng = make_generator(params.seed, self.runner.device)
-        logits = self.runner.prefill(prompt)  # [1, V]
-        while True:
-            token = pick_tokens(logits, params, rng)  # [1]
-            out = req.emit(token.tolist())  # the one host sync per step
-            req.stats.rounds += 1
-            req.stats.accept_lengths.append(1)
-            if out:
-                yield out
-            if req.done:
-                return
-            logits = self.runner.prefill(out)
+        timeline = Timeline()
+        try:
+            with timeline.span("prefill"):
+                logits = self.runner.prefill(prompt)  # [1, V]
+            while True:
+                with timeline.span("verify"):
+                    token = pick_tokens(logits, params, rng)  # [1]
+                    out = req.emit(token.tolist())  # the one host sync per step
+                timeline.count(len(out), 1)
+                req.stats.rounds += 1
+                req.stats.accept_lengths.append(1)
+                if out:
+                    yield out
+                if req.done:
+                    return
+                with timeline.span("forward"):
+                    logits = self.runner.prefill(out)
+        finally:
+            if self.trace is not None:
+                self.trace.add(request_trace(timeline))
 
     def close(self) -> None:
         self.runner = None

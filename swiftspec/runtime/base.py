@@ -12,6 +12,7 @@ from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from swiftspec.runtime.trace import TraceFile
     from swiftspec.tokenizer import Tokenizer
 
 log = logging.getLogger("swiftspec")
@@ -79,6 +80,7 @@ class Engine(Protocol):
     stats: GenerationStats
     tokenizer: "Tokenizer"  # swiftspec.tokenizer.Tokenizer of the target
     max_seq_len: int  # prompt + new tokens must fit in this
+    trace: "TraceFile | None"  # while set, every request's timeline is added to it
 
     def generate(
         self,

@@ -20,6 +20,7 @@ from swiftspec.runtime.base import (
     serial_depth,
 )
 from swiftspec.runtime.target import TreeVerifier
+from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
@@ -37,6 +38,18 @@ class RoundTimes:
     verify_s: float  # the target forward and verification over them
     round_s: float  # the whole round
     tokens: int  # tokens emitted
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStamps:
+    """perf_counter() readings at the step boundaries of one serial round."""
+
+    start: float  # drafting begins
+    select: float  # subtree selection begins
+    forward: float  # the target forward begins
+    verify: float  # verification (and the KV commit) begins
+    reroot: float  # the draft re-roots
+    end: float
 
 
 def _smooth(old: float, new: float) -> float:
@@ -90,6 +103,8 @@ class SerialEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.stats = GenerationStats()
+        self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
+        self.timelines = (Timeline(), Timeline())  # this request's (target, draft) spans
         self.costs = RoundCosts()
         self.depth = cfg.depth or (self._adaptive_depth() if cfg.adaptive else self._profile_depth())
         if cfg.adaptive and cfg.adaptive_verify:
@@ -153,18 +168,25 @@ class SerialEngine:
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
+        target_tl, draft_tl = self.timelines = (Timeline(), Timeline())
         rng = make_generator(params.seed, self.target.runner.device)
-        first = pick_tokens(self.target.prefill(prompt), params, rng).tolist()  # [1]
-        out = req.emit(first)
-        if out:
-            yield out
-        if req.done:
-            return
-        self.drafter.start(prompt, first[0], params)
-        while not req.done:
-            out = req.emit(self.step(params, rng, req.stats))
+        try:
+            with target_tl.span("prefill"):
+                first = pick_tokens(self.target.prefill(prompt), params, rng).tolist()  # [1]
+            out = req.emit(first)
             if out:
                 yield out
+            if req.done:
+                return
+            with draft_tl.span("prefill"):
+                self.drafter.start(prompt, first[0], params)
+            while not req.done:
+                out = req.emit(self.step(params, rng, req.stats))
+                if out:
+                    yield out
+        finally:
+            if self.trace is not None:
+                self.trace.add(request_trace(target_tl, draft_tl))
 
     def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats) -> list[int]:
         """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
@@ -172,22 +194,35 @@ class SerialEngine:
         adapt = self._adapts(params)
         floor = self.costs.min_weight() if adapt else -math.inf
         expansions = self.drafter.draft(self.depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
+        t_select = time.perf_counter()
         costs = self.costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-        sub = self.drafter.subtree(self.cfg.verify_size, costs, time.perf_counter() - t0 + self.costs.other_s)
+        sub = self.drafter.subtree(self.cfg.verify_size, costs, t_select - t0 + self.costs.other_s)
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
+        t_verify = time.perf_counter()
         acc = self.target.verify(sub.tokens, sub.parents, logits, params, rng)
         emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
         self.target.commit(acc.path[: len(emitted)])
         t2 = time.perf_counter()
         self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         t3 = time.perf_counter()
+        self._record(RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), sub.tokens.shape[0])
         self.costs.update(RoundTimes(t1 - t0, expansions, sub.tokens.shape[0], t2 - t1, t3 - t0, len(emitted)))
         stats.draft_s += (t1 - t0) + (t3 - t2)
         stats.verify_s += t2 - t1
         stats.rounds += 1
         stats.accept_lengths.append(len(emitted))
         return emitted
+
+    def _record(self, t: "RoundStamps", emitted: int, nodes: int) -> None:
+        """The round's spans on the (target, draft) timelines, and its counters."""
+        target, draft = self.timelines
+        draft.add("expand", t.start, t.select)
+        draft.add("select", t.select, t.forward)
+        target.add("forward", t.forward, t.verify)
+        target.add("verify", t.verify, t.reroot)
+        draft.add("reroot", t.reroot, t.end)
+        target.count(emitted, nodes)
 
     def _adapts(self, params: SamplingParams) -> bool:
         """Adaptive rounds shape the tree by measured times, and a sampled tree's shape decides which

@@ -1,4 +1,4 @@
-"""The `swiftspec` command: generate, serve, bench, demo, info and models."""
+"""The `swiftspec` command: generate, serve, bench, demo, trace, info and models."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_mod.add_arguments(bench)
 
-    demo = sub.add_parser("demo", help="complete a HumanEval prompt: async SwiftSpec beside ar")
+    demo = sub.add_parser("demo", help="complete a HumanEval prompt: ar, the auto choice and async side by side")
     add_engine_arguments(demo, with_mode=False)
     from swiftspec.serve import demo as demo_mod
 
@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     from swiftspec.bench import perplexity
 
     perplexity.add_arguments(ppl)
+
+    trace = sub.add_parser("trace", help="summarize a --trace file, and draw its timeline (--png)")
+    from swiftspec.serve import trace_view
+
+    trace_view.add_arguments(trace)
 
     info = sub.add_parser("info", help="CPU features, the ISA level in use and the path of each kernel")
     info.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -125,11 +130,15 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from swiftspec.serve import demo
 
-        return demo.run(args, engine_config_from_args(args, mode="ar"))
+        return demo.run(args, engine_config_from_args(args, mode="auto"))
     if args.command == "bench":
         from swiftspec import bench
 
         return bench.run(args)
+    if args.command == "trace":
+        from swiftspec.serve import trace_view
+
+        return trace_view.run(args)
     if args.command == "info":
         return _info(args)
     if args.command == "perplexity":

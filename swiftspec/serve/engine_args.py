@@ -1,13 +1,12 @@
-"""Command-line flags shared by `generate`, `serve` and `bench`, generated from the config dataclasses."""
+"""Command-line flags shared by `generate`, `serve`, `bench` and `demo`, generated from the config
+dataclasses; flags that only some modes use narrow `--mode auto`, and are refused by other modes."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 
-import torch
-
-from swiftspec.config import MODES, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
 
 _TREE_HELP = {
@@ -21,52 +20,107 @@ _TREE_HELP = {
     "adaptive_verify": "serial tree with --adaptive 1: 1 = verify only the subtree nodes that repay their rows, "
                        "0 = always bs",
 }
+SPECULATIVE = ("chain", "tree", "async")
+# The modes that use each flag.  Under --mode auto a given flag narrows the candidates to these
+# (but for the flags that name the pair, PAIR_FLAGS: auto profiles that pair and may still pick
+# ar); an explicitly chosen mode refuses a flag it would ignore.
+PAIR_FLAGS = ("draft_model", "draft_weights", "draft_vocab")
+FLAG_MODES: dict[str, tuple[str, ...]] = {
+    "draft_model": SPECULATIVE, "draft_weights": SPECULATIVE, "draft_vocab": SPECULATIVE,
+    "chain_length": ("chain",), "budget": SPECULATIVE,
+    "width": ("tree", "async"), "verify_size": ("tree", "async"), "depth": ("tree", "async"),
+    "topk": ("tree", "async"), "adaptive": ("tree",), "adaptive_verify": ("tree",),
+    "target_tp": ("async",), "draft_tp": ("async",), "draft_cores": ("async",),
+}
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) -> None:
-    """Model, placement and tree flags; the tree flags come from TreeConfig's fields."""
+    """Model, placement and tree flags; the tree flags come from TreeConfig's fields.  Flags of
+    FLAG_MODES default to None, so that a flag given on the command line can be told apart."""
     defaults = EngineConfig()
     if with_mode:
-        parser.add_argument("--mode", choices=MODES, default="ar", help="decoding engine (default: ar)")
-    parser.add_argument("--model", default=defaults.target, help="target: bundled name, .gguf file or HF dir")
-    parser.add_argument("--draft-model", default=defaults.draft, help="draft: bundled name, .gguf file or HF dir")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+        parser.add_argument("--mode", choices=(AUTO,) + MODES, default=AUTO,
+                            help="decoding engine (default: auto = the fastest here, from a cached profile)")
+        parser.add_argument("--reprofile", action="store_true", help="auto: profile this machine and pair again")
+    parser.add_argument("--model", default=defaults.target,
+                        help="target: bundled name, .gguf file, HF dir, hub id org/name or org/name:file.gguf")
+    parser.add_argument("--draft-model", default=None, help=f"draft, named like --model (default: {defaults.draft})")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="default: cpu unless the CUDA path passed its start-up check here")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
-    parser.add_argument("--weights", choices=("bf16", "int8", "int4"), default="bf16", help="target weight format")
-    parser.add_argument("--draft-weights", choices=("bf16", "int8", "int4"), default=None,
-                        help="draft weight format (default: int8 for a bf16 target on CPU, else --weights)")
+    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default="bf16", help="target weight format")
+    parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
+                        help="draft weight format (default: auto chooses; else int8 for a bf16 target on CPU, "
+                             "else --weights)")
     parser.add_argument("--max-seq-len", type=int, default=LoadConfig().max_seq_len, help="KV cache length")
-    parser.add_argument("--draft-vocab", type=int, default=defaults.draft_vocab,
-                        help="pruned draft LM head size (0 = full vocabulary)")
-    parser.add_argument("--target-tp", type=int, default=1, help="async: tensor-parallel ranks of the target group")
-    parser.add_argument("--draft-tp", type=int, default=1, help="async: tensor-parallel ranks of the draft group")
-    parser.add_argument("--draft-cores", type=int, default=0, help="async on CPU: draft threads (0 = half)")
-    parser.add_argument("--trace", default="", help="async: write the per-round timeline to this JSON file")
+    parser.add_argument("--draft-vocab", type=int, default=None,
+                        help=f"pruned draft LM head size (0 = full vocabulary; default {defaults.draft_vocab})")
+    parser.add_argument("--target-tp", type=int, default=None, help="async: tensor-parallel ranks of the target group")
+    parser.add_argument("--draft-tp", type=int, default=None, help="async: tensor-parallel ranks of the draft group")
+    parser.add_argument("--draft-cores", type=int, default=None, help="async on CPU: draft threads (0 = half)")
+    parser.add_argument("--trace", default="", help="write each request's timeline to this file (Chrome "
+                        "trace-event JSON: Perfetto, chrome://tracing, `swiftspec trace FILE --png OUT`)")
     for f in dataclasses.fields(TreeConfig):
-        flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, type=int, default=f.default, help=_TREE_HELP.get(f.name, f.name))
+        parser.add_argument(_flag(f.name), type=int, default=None, help=f"{_TREE_HELP[f.name]} (default {f.default})")
+
+
+def given_flags(args: argparse.Namespace) -> list[str]:
+    """The mode-specific flags given on the command line."""
+    return [name for name in FLAG_MODES if getattr(args, name, None) is not None]
+
+
+def auto_candidates(args: argparse.Namespace) -> tuple[str, ...]:
+    """The modes that use every mode-specific flag given, PAIR_FLAGS aside (all of MODES when none is)."""
+    flags = [n for n in given_flags(args) if n not in PAIR_FLAGS]
+    modes = tuple(m for m in MODES if all(m in FLAG_MODES[n] for n in flags))
+    if not modes:
+        raise ConfigError(f"flags {', '.join(_flag(n) for n in flags)} apply to no common mode")
+    return modes
+
+
+def check_flags(args: argparse.Namespace, mode: str) -> None:
+    """Refuse a flag that an explicitly chosen mode would ignore (one-line ConfigError)."""
+    for name in given_flags(args):
+        if mode not in FLAG_MODES[name]:
+            raise ConfigError(f"{_flag(name)} applies to {'/'.join(FLAG_MODES[name])} only; --mode {mode} "
+                              "would ignore it")
+
+
+def _value(args: argparse.Namespace, name: str, default):  # noqa: ANN001, ANN202 - any field's type
+    value = getattr(args, name, None)
+    return default if value is None else value
 
 
 def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -> EngineConfig:
-    """Build the frozen EngineConfig from parsed flags (raises ConfigError on bad values)."""
+    """Build the frozen EngineConfig from parsed flags (raises ConfigError on bad values).  mode
+    overrides --mode (bench and demo pick their modes themselves, and refuse no flag)."""
+    from swiftspec.runtime.device import default_device
+
+    chosen = mode or args.mode
+    if mode is None and chosen != AUTO:
+        check_flags(args, chosen)
+    defaults = EngineConfig()
     device = args.device or default_device()
     target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=args.weights)
     draft_load = dataclasses.replace(target_load, weights=args.draft_weights or default_draft_weights(target_load))
-    tree = TreeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TreeConfig)})
+    tree = TreeConfig(**{f.name: _value(args, f.name, f.default) for f in dataclasses.fields(TreeConfig)})
+    auto = AutoConfig(modes=auto_candidates(args), choose_draft_weights=args.draft_weights is None,
+                      reprofile=getattr(args, "reprofile", False))
     return EngineConfig(
-        mode=mode or args.mode,
+        mode=chosen,
         target=args.model,
-        draft=args.draft_model,
+        draft=_value(args, "draft_model", defaults.draft),
         target_load=target_load,
         draft_load=draft_load,
         tree=tree,
-        draft_vocab=args.draft_vocab,
-        target_tp=args.target_tp,
-        draft_tp=args.draft_tp,
-        draft_cores=args.draft_cores,
+        draft_vocab=_value(args, "draft_vocab", defaults.draft_vocab),
+        target_tp=_value(args, "target_tp", defaults.target_tp),
+        draft_tp=_value(args, "draft_tp", defaults.draft_tp),
+        draft_cores=_value(args, "draft_cores", defaults.draft_cores),
         trace=args.trace,
+        auto=auto,
     )

@@ -1,7 +1,8 @@
-"""Model loading: a bundled name, a .gguf file or an HF directory -> Transformer + Tokenizer.
+"""Model loading: a bundled name, a .gguf file, an HF directory or a hub id -> Transformer + Tokenizer.
 
 A GGUF is converted once into the cache (see convert.py) and every load then reads an HF-style
-directory; bundled names are pulled on first use (see bundled.py).
+directory; bundled names are pulled on first use (see bundled.py), hub ids resolve through the
+Hugging Face hub cache (see hub.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.bundled import BUNDLED, cache_dir, pull
 from swiftspec.weights.convert import ensure_converted
+from swiftspec.weights.hub import parse_hub_id, resolve_hub
 from swiftspec.weights.safetensors import HFCheckpoint, open_hf_dir
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -49,12 +51,17 @@ def load_model(
 
 
 def resolve_source(source: str, cache: Path | None = None) -> Path:
-    """The local GGUF file or HF directory behind source, pulling a bundled model if needed."""
+    """The local GGUF file or HF directory behind source, pulling a bundled model (or a hub id that
+    is not a local path) if needed."""
     if source in BUNDLED:
         return pull(source, cache)
     path = Path(source).expanduser()
+    hub = parse_hub_id(source)
+    if not path.exists() and hub is not None:
+        return resolve_hub(hub)
     if not path.exists():
-        raise UserError(f"model not found: {source} (not a file, a directory or one of: {', '.join(BUNDLED)})")
+        raise UserError(f"model not found: {source} (not a file, a directory, a hub id org/name[:file.gguf] "
+                        f"or one of: {', '.join(BUNDLED)})")
     if path.is_dir() or path.suffix == ".gguf" or _has_gguf_magic(path):
         return path
     raise UserError(f"{source} is neither a GGUF file nor an HF model directory")

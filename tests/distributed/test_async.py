@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from spec_stats import exact_distribution, first_tokens, goodness_of_fit, sharp_pair  # noqa: E402
+from trace_format import trace_problems  # noqa: E402
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)
 
@@ -36,7 +39,10 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
             assert flat(engine, prompt, SamplingParams(), 32) == want, i
         summary = engine.trace_summary
         assert summary["target"]["spans_s"]["forward"] > 0 and summary["draft"]["spans_s"]["expand"] > 0
-        assert (tmp_path / "t.json").exists()
+        doc = json.loads((tmp_path / "t.json").read_text())
+        assert trace_problems(doc) == [] and doc["otherData"]["requests"] == 30  # not the depth profile
+        steps = {(e["tid"], e["cat"]) for e in doc["traceEvents"] if e["ph"] == "X"}
+        assert {(1, "forward"), (1, "verify"), (1, "wait"), (2, "expand"), (2, "reroot"), (2, "send")} <= steps
     finally:
         engine.close()
 

@@ -31,14 +31,20 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     out = tmp_path / "out"
     rc = cli_run([
         "bench", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--dtype", "float32",
-        "--max-seq-len", "256", "--modes", "ar,chain;hf-ar,llamacpp-ar", "--prompts", "2", "--dataset", str(dataset),
-        "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
+        "--max-seq-len", "256", "--modes", "ar,chain,auto;hf-ar,llamacpp-ar", "--prompts", "2", "--dataset",
+        str(dataset), "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
+        "--trace-dir", str(tmp_path / "traces"), "--chat",
     ])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     assert {"cpu", "cores", "threads", "torch", "git_commit", "date", "command"} <= set(report["machine"])
-    assert report["bandwidth_gb_s"] > 0
-    assert set(report["modes"]) == {"ar", "chain", "hf-ar"}
+    assert report["bandwidth_gb_s"] > 0 and report["settings"]["chat_template"] is True
+    assert set(report["modes"]) == {"ar", "chain", "auto", "hf-ar"}
+    auto = report["auto"]["auto"]  # auto's choice, measured as the mode `auto`, beside the fastest measured
+    assert auto["choice"] in ("ar", "chain", "tree", "async") and auto["measured_choice"] == "auto"
+    assert auto["measured_best"] in ("ar", "chain", "auto") and 0 < auto["choice_of_best"] <= 1
+    traces = sorted(p.name for p in (tmp_path / "traces").iterdir())
+    assert traces == [f"{m}-prompt{i}.json" for m in ("ar", "auto", "chain") for i in (0, 1)]
     assert "llamacpp-ar" in report["skipped"]  # llama.cpp needs a GGUF; the tiny model is an HF directory
     for name, mode in report["modes"].items():
         assert MODE_KEYS <= set(mode), name
@@ -53,6 +59,7 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / "report.md").read_text()
     assert all(f"| `{name}` |" in table for name in report["modes"])
+    assert "Auto choice:" in table and "% of the fastest measured mode" in table
     # two groups (`;`): loaded one after the other; bench-check's validator: schema complete, and our chain mode is lossless against ar (up to ties).
     assert problems(out) == []
 

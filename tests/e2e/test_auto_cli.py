@@ -1,0 +1,51 @@
+"""`swiftspec generate` with no mode flag: auto profiles the pair once, says what it chose in one
+line, reuses the cached profile afterwards, and `--reprofile` measures again."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from swiftspec.config import MODES
+from swiftspec.serve.cli import main
+
+AUTO_LINE = re.compile(r"^auto: (ar|chain|tree|async)( \((bf16|int8|int4) draft\))?: .*\[(.*)\]$", re.M)
+
+
+def _generate(pair: tuple[Path, Path], capsys: pytest.CaptureFixture, *extra: str) -> str:
+    target, draft = pair
+    rc = main(["generate", "def add(a, b):", "--model", str(target), "--draft-model", str(draft), "--device", "cpu",
+               "--dtype", "float32", "--max-tokens", "8", "--max-seq-len", "256", *extra])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    return err
+
+
+def test_generate_defaults_to_auto(tmp_cache: Path, tiny_qwen_dir: Path, tiny_draft_dir: Path,
+                                   capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    pair = (tiny_qwen_dir, tiny_draft_dir)
+    first = AUTO_LINE.search(_generate(pair, capsys, "--trace", str(tmp_path / "t.json")))
+    assert first and first[4].startswith("profiled in ")
+    assert len(list((tmp_cache / "auto").glob("*.json"))) == 1
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["otherData"]["mode"] == first[1]  # the trace names the engine auto chose
+    again = AUTO_LINE.search(_generate(pair, capsys))
+    assert again and again[4].startswith("cached profile") and again[1] == first[1]
+    fresh = AUTO_LINE.search(_generate(pair, capsys, "--reprofile"))
+    assert fresh and fresh[4].startswith("profiled in ")
+
+
+def test_flags_narrow_the_choice(tmp_cache: Path, tiny_qwen_dir: Path, tiny_draft_dir: Path,
+                                 capsys: pytest.CaptureFixture) -> None:
+    line = AUTO_LINE.search(_generate((tiny_qwen_dir, tiny_draft_dir), capsys, "--chain-length", "2"))
+    assert line and line[1] == "chain"
+    assert all(f"; {m} " not in line[0] for m in MODES)  # no other candidate was left
+
+
+def test_an_explicit_mode_refuses_foreign_flags(tiny_qwen_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    rc = main(["generate", "x", "--model", str(tiny_qwen_dir), "--mode", "ar", "--chain-length", "3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == "error: --chain-length applies to chain only; --mode ar would ignore it\n"
