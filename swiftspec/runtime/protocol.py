@@ -169,9 +169,13 @@ class DistTransport:
         self._sending, self._buffers = [], []
 
     def ready(self) -> bool:
+        """True once the next message's header has begun to arrive (recv() then waits for all of it).
+        gloo's Work.is_completed() stays False until wait(), so the header buffer is read instead:
+        it is zeroed before the receive is posted, and every message kind is nonzero."""
         if self._posted is None:
+            self._head.zero_()
             self._posted = dist.irecv(self._head, src=self.peer)
-        return self._posted.is_completed()
+        return self._posted.is_completed() or bool(self._head[0] != 0)
 
     def recv(self) -> Message:
         if self._posted is None:
