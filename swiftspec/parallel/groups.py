@@ -15,6 +15,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
+from swiftspec.errors import link_errors
 from swiftspec.parallel.state import ParallelState
 
 
@@ -68,15 +69,21 @@ class Groups:
 
 def init_groups(layout: Layout, rank: int, backend: str, init_method: str, timeout_s: float) -> Groups:
     """Join the world and build both tensor-parallel groups (every rank must create every group)."""
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=layout.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    target = dist.new_group(list(range(layout.target_tp)))
-    draft = dist.new_group(list(range(layout.target_tp, layout.world_size)))
+    with link_errors():
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=layout.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        target = dist.new_group(list(range(layout.target_tp)))
+        draft = dist.new_group(list(range(layout.target_tp, layout.world_size)))
     mine = target if layout.role(rank) == "target" else draft
     size = layout.target_tp if layout.role(rank) == "target" else layout.draft_tp
     tp_rank = rank - layout.leader(rank)
     return Groups(rank, layout, ParallelState(tp_rank=tp_rank, tp_size=size, group=mine if size > 1 else None))
 
+
+def all_ready() -> None:
+    """Every rank of the world waits here until all have arrived (after loading their models)."""
+    with link_errors():
+        dist.barrier()
 
 
 def plan_cores(layout: Layout, rank: int, draft_cores: int) -> list[int]:
