@@ -190,10 +190,9 @@ class SerialEngine:
         return emitted
 
     def _adapts(self, params: SamplingParams) -> bool:
-        """Adaptive rounds shape the tree by measured times, and a sampled tree's shape decides which
-        random draws verification makes: a seeded sampled request keeps fixed rounds, so the same
-        seed gives the same output.  Greedy output never depends on the tree."""
-        return bool(self.cfg.adaptive) and (params.greedy or params.seed is None)
+        """Adaptive rounds shape the tree by measured times: a seeded sampled request keeps fixed
+        rounds (SamplingParams.reproducible).  Greedy output never depends on the tree."""
+        return bool(self.cfg.adaptive) and not params.reproducible
 
     def close(self) -> None:
         self.target = self.drafter = None
