@@ -83,6 +83,8 @@ class RoundCosts:
 class SerialEngine:
     """Each round: d draft expansions, one target forward over the best bs-node subtree, re-root."""
 
+    fault: str | None = None  # runs in this process alone: nothing to lose
+
     def __init__(self, target, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
         self.cfg = cfg
         self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
@@ -193,6 +195,9 @@ class SerialEngine:
         """Adaptive rounds shape the tree by measured times: a seeded sampled request keeps fixed
         rounds (SamplingParams.reproducible).  Greedy output never depends on the tree."""
         return bool(self.cfg.adaptive) and not params.reproducible
+
+    def recover(self) -> bool:
+        return False  # one process: no worker to lose
 
     def close(self) -> None:
         self.target = self.drafter = None

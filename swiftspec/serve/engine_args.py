@@ -46,6 +46,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--draft-tp", type=int, default=1, help="async: tensor-parallel ranks of the draft group")
     parser.add_argument("--draft-cores", type=int, default=0, help="async on CPU: draft threads (0 = half)")
     parser.add_argument("--trace", default="", help="async: write the per-round timeline to this JSON file")
+    parser.add_argument("--worker-timeout", type=float, default=0.0,
+                        help="async: seconds a decode round may take before a worker counts as hung "
+                             "(0 = a few seconds past the profiled round; a request's first round gets more, "
+                             "by prompt length)")
     for f in dataclasses.fields(TreeConfig):
         flag = "--" + f.name.replace("_", "-")
         parser.add_argument(flag, type=int, default=f.default, help=_TREE_HELP.get(f.name, f.name))
@@ -69,4 +73,5 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         draft_tp=args.draft_tp,
         draft_cores=args.draft_cores,
         trace=args.trace,
+        worker_timeout=args.worker_timeout,
     )
