@@ -3,6 +3,8 @@
 The engine decodes one stream at a time and is not thread-safe, so every request becomes a Job
 that waits in a bounded FIFO; the worker runs jobs in arrival order and hands each round's
 tokens back to the request's event loop. Setting a job's `stop` event ends it within one round.
+The worker thread also keeps the engine healthy: after a worker fault (EngineFault) it restarts the
+engine before the next job, so waiting jobs are served by fresh workers; `health` says how it stands.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from swiftspec.errors import UserError
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
+IDLE_CHECK_S = 1.0  # an idle worker thread asks the engine this often whether a worker failed
+STARTING, OK, DEGRADED = "starting", "ok", "degraded"  # Scheduler.health
 
 
 class QueueFull(Exception):
@@ -71,36 +75,49 @@ class Job:
             self.stop.set()
 
 
-class Scheduler:
-    """Bounded FIFO + one worker thread. `on_end(job, end)` runs on the worker after every job."""
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Called on the worker thread: after every job, and after every restart of the engine."""
 
-    def __init__(self, engine: Engine, max_queue: int, on_end: Callable[[Job, JobEnd], None]) -> None:
+    on_end: Callable[[Job, JobEnd], None]
+    on_restart: Callable[[], None]
+
+
+class Scheduler:
+    """Bounded FIFO + one worker thread that runs the jobs and restarts the engine after a fault."""
+
+    def __init__(self, engine: Engine, max_queue: int, hooks: Hooks) -> None:
         self._engine = engine
         self._max_queue = max_queue
-        self._on_end = on_end
+        self._hooks = hooks
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
         self._running: Job | None = None
         self._thread = threading.Thread(target=self._work, name="swiftspec-engine", daemon=True)
+        self.health = STARTING  # then OK; DEGRADED from a fault until the engine has recovered
+        self._restart_failed = False
+        self._checked = threading.Event()  # the worker thread has checked the engine once
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
     def start(self) -> None:
+        """Start the worker thread; returns once it has checked the engine (health is no longer STARTING)."""
         self._thread.start()
+        self._checked.wait()
 
     def close(self) -> None:
-        """Stop the running job within a round, drop the waiting ones, and join the worker."""
+        """Stop the running job within a round, fail the waiting ones, and join the worker."""
         with self._cond:
             self._closed = True
-            self._waiting.clear()
             if self._running is not None:
                 self._running.stop.set()
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
+        self._fail_waiting(EngineFault("the server is shutting down"))
 
     def submit(self, request_id: str, prompt: list[int], params: SamplingParams, max_new_tokens: int) -> Job:
         """Queue a job at the back of the FIFO; raises QueueFull when max_queue jobs already wait."""
@@ -122,22 +139,55 @@ class Scheduler:
                 log.debug("cancelled %s while waiting", job.request_id)
 
     def _next(self) -> Job | None:
+        """The next job, once the engine is fit to run it (None once closed). Idle, the engine is
+        checked every IDLE_CHECK_S, so that a worker lost between requests is replaced at once;
+        after a failed restart, only a waiting job makes it try again."""
+        while True:
+            with self._cond:
+                self._running = None
+                if not self._waiting and not self._closed:
+                    self._cond.wait(IDLE_CHECK_S)
+                if self._closed:
+                    return None
+                if self._waiting and self.health == OK and self._engine.fault is None:
+                    self._running = self._waiting.popleft()
+                    return self._running
+                retry = bool(self._waiting) or not self._restart_failed
+            if retry:
+                self._recover()
+
+    def _recover(self) -> None:
+        """Restart the engine after a fault; if that fails, every waiting job gets the error."""
+        if self._engine.fault is not None:
+            self.health = DEGRADED
+        try:
+            restarted = self._engine.recover()
+        except Exception as exc:  # noqa: BLE001 - the worker thread must outlive a failed restart
+            self.health, self._restart_failed = DEGRADED, True
+            log.error("the engine could not recover: %s", exc)
+            self._fail_waiting(exc)
+            return
+        if restarted:
+            self._hooks.on_restart()
+        self.health, self._restart_failed = OK, False
+
+    def _fail_waiting(self, error: Exception) -> None:
         with self._cond:
-            self._running = None
-            while not self._waiting and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            self._running = self._waiting.popleft()
-            return self._running
+            failed, self._waiting = list(self._waiting), collections.deque()
+        for job in failed:
+            end = JobEnd(error, GenerationStats(), 0, None, 0.0)
+            job.deliver(end)
+            self._hooks.on_end(job, end)
 
     def _work(self) -> None:
+        self._recover()
+        self._checked.set()
         while (job := self._next()) is not None:
             if job.stop.is_set():  # cancelled between its stop flag and its removal from the queue
                 continue
             end = self._run(job)
             job.deliver(end)
-            self._on_end(job, end)
+            self._hooks.on_end(job, end)
 
     def _run(self, job: Job) -> JobEnd:
         """Drive the engine for one job; any engine error is handed to the request, not raised."""
@@ -150,8 +200,11 @@ class Scheduler:
                 first = last if first is None else first
                 count += len(ids)
                 job.deliver(list(ids))
-        except UserError as exc:
+        except (UserError, EngineFault) as exc:  # one line says it all
             error = exc
+            if isinstance(exc, EngineFault):
+                self.health = DEGRADED
+                log.error("request %s failed: %s", job.request_id, exc)
         except Exception as exc:  # noqa: BLE001 - the worker must outlive any one request
             log.exception("request %s failed in the engine", job.request_id)
             error = exc

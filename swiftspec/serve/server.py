@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP server: app wiring, auth, body limits, error mapping and `swiftspec serve`.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both may stream SSE), GET /v1/models,
-GET /health (never needs a key) and GET /metrics (Prometheus). Every error is an OpenAI error body.
+GET /health (never needs a key; 200 only when "ok") and GET /metrics (Prometheus). Every error is
+an OpenAI error body; a failed engine worker answers 503, and the server restarts the workers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, TypeVar
@@ -27,14 +29,20 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
-from swiftspec.errors import UserError
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine
 from swiftspec.serve.engine_args import engine_config_from_args
 from swiftspec.serve.generation import Plan, Service
 from swiftspec.serve.metrics import RequestCounter, ServerMetrics
-from swiftspec.serve.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, validation_error
-from swiftspec.serve.scheduler import Job, Scheduler
+from swiftspec.serve.openai_protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    fault_error,
+    validation_error,
+)
+from swiftspec.serve.scheduler import OK, Hooks, Job, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +53,7 @@ RequestT = TypeVar("RequestT", bound=BaseModel)
 def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
     """An app serving `engine`; its worker thread starts and stops with the app's lifespan."""
     metrics = ServerMetrics()
-    scheduler = Scheduler(engine, config.max_queue, on_end=metrics.observe)
+    scheduler = Scheduler(engine, config.max_queue, Hooks(on_end=metrics.observe, on_restart=metrics.restarts.inc))
     metrics.watch_queue(lambda: scheduler.waiting)
 
     @asynccontextmanager
@@ -60,6 +68,7 @@ def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(EngineFault, _engine_fault)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     app.add_api_route("/health", _health, methods=["GET"])
@@ -87,8 +96,10 @@ class JobStream(StreamingResponse):
             self._scheduler.cancel(self._job)
 
 
-async def _health() -> dict:
-    return {"status": "ok"}
+async def _health(request: Request) -> JSONResponse:
+    """starting | ok | degraded (a worker failed; restarting): 200 only for ok, so a supervisor can act."""
+    status = request.app.state.service.scheduler.health
+    return JSONResponse({"status": status}, status_code=200 if status == OK else 503)
 
 
 async def _models(request: Request) -> dict:
@@ -170,6 +181,10 @@ async def _user_error(request: Request, exc: UserError) -> JSONResponse:
     return await _api_error(request, APIError(400, str(exc) or type(exc).__name__))
 
 
+async def _engine_fault(request: Request, exc: EngineFault) -> JSONResponse:
+    return await _api_error(request, fault_error(exc))
+
+
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
     return await _api_error(request, APIError(exc.status_code, str(exc.detail), type=kind))
@@ -216,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
     config = server_config_from_args(args)
     if not config.api_key and not _is_loopback(config.host):
         log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)
+    signal.signal(signal.SIGTERM, _terminated)
     engine = build_engine(engine_config_from_args(args))
     try:
         uvicorn.run(create_app(engine, config), host=config.host, port=config.port,
@@ -223,6 +239,12 @@ def run(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM: uvicorn drains the requests, then raises the signal again; exit cleanly then, after
+    the engine has stopped its workers, instead of dying by the signal's default action."""
+    raise SystemExit(0)
 
 
 def _is_loopback(host: str) -> bool:

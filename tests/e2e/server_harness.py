@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import torch
 import uvicorn
 
-from swiftspec.config import EngineConfig, LoadConfig, ServerConfig
+from swiftspec.config import EngineConfig, LoadConfig, ServerConfig, TreeConfig
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
@@ -38,6 +38,20 @@ def tiny_engine(model_dir: Path, max_seq_len: int = 256) -> Iterator[Engine]:
     finally:
         engine.close()
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def tiny_async_engine(model_dir: Path, draft_dir: Path, max_seq_len: int = 4096, depth: int = 2,
+                      **settings: object) -> Iterator[Engine]:
+    """The async engine over the tiny pair (conftest's tiny_qwen_dir, tiny_draft_dir), float32 on CPU;
+    settings go to EngineConfig (target_tp, worker_timeout)."""
+    load = LoadConfig(device="cpu", dtype="float32", max_seq_len=max_seq_len)
+    engine = build_engine(EngineConfig(mode="async", target=str(model_dir), draft=str(draft_dir), target_load=load,
+                                       draft_load=load, tree=TreeConfig(depth=depth), **settings))
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 class LiveServer:
@@ -71,6 +85,8 @@ class LiveServer:
 class ScriptedEngine:
     """Yields the same scripted rounds of token ids for any prompt, `round_s` seconds apart."""
 
+    fault: str | None = None
+
     def __init__(self, tokenizer: Tokenizer, rounds: list[list[int]], round_s: float = 0.0,
                  max_seq_len: int = 256) -> None:
         self.tokenizer = tokenizer
@@ -92,6 +108,9 @@ class ScriptedEngine:
             yield out
             if left <= 0 or (should_stop is not None and should_stop()):
                 return
+
+    def recover(self) -> bool:
+        return False
 
     def close(self) -> None:
         self.rounds = []
