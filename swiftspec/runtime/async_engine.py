@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -23,7 +22,16 @@ import torch.distributed as dist
 
 from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault, LinkError
-from swiftspec.parallel.groups import Layout, all_ready, init_groups, pinned, plan_cores
+from swiftspec.parallel.groups import (
+    Layout,
+    all_ready,
+    init_groups,
+    joined,
+    leave_groups,
+    meeting_point,
+    pinned,
+    plan_cores,
+)
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
 from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, choose_depth
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
@@ -91,8 +99,8 @@ class AsyncEngine:
     def _start(self) -> None:
         """Spawn the workers, join both groups, load the target (again only when its shards need the
         new tensor-parallel group) and wait until every rank has loaded its model."""
-        init_method = self._torchrun or self._spawn()
-        groups = init_groups(self.layout, 0, backend(self.config), init_method, self.limits.load_s)
+        rendezvous = self._torchrun or self._spawn()
+        groups = init_groups(self.layout, 0, backend(self.config), rendezvous, self.limits.load_s)
         if self.target is None or self.layout.target_tp > 1:
             self.target = self.verifier = None  # free the old shard first
             self.target = load_for_rank(self.config.target, self.config.target_load, groups)
@@ -102,14 +110,18 @@ class AsyncEngine:
         self.followers = GroupBroadcast(tp_group, 0) if self.layout.target_tp > 1 else None  # TP ranks
         all_ready()
 
-    def _spawn(self) -> str:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            init_method = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-        self.pool.spawn(self.config, self.layout, init_method)
+    def _spawn(self) -> dist.Store:
+        """Start the workers and wait until each has joined the meeting point (a worker that dies
+        first fails the start-up at once; init_groups itself cannot be left before its timeout)."""
+        store = meeting_point(self.layout.world_size, self.limits.load_s)
+        self.pool.spawn(self.config, self.layout, store.port)
         log.info("async workers: %s", ", ".join(f"rank {rank} ({self.layout.role(rank)}) pid {pid}"
                                                 for rank, pid in self.pool.pids.items()))
-        return init_method
+        while joined(store) < self.layout.world_size - 1:
+            if self.watchdog.fault is not None:
+                raise LinkError("a worker did not join")
+            time.sleep(POLL_S)
+        return store
 
     @property
     def fault(self) -> str | None:
@@ -126,8 +138,7 @@ class AsyncEngine:
         log.warning("restarting the async workers after: %s", fault)
         started = time.perf_counter()
         self.pool.stop(0.0)
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_groups()
         self._fault = None
         self.watchdog.clear()
         self._launch()
@@ -295,5 +306,4 @@ class AsyncEngine:
         if self.pool is not None:
             self.pool.stop(SHUTDOWN_S if healthy else 0.0)
             self.pool.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_groups()

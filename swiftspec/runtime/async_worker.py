@@ -17,7 +17,7 @@ import torch.distributed as dist
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.draft import TreeDrafter
 from swiftspec.errors import UserError
-from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, pin, pinned, plan_cores
+from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join, pin, pinned, plan_cores
 from swiftspec.runtime.protocol import (
     DistTransport,
     DraftTree,
@@ -173,15 +173,15 @@ def load_for_rank(source: str, load: LoadConfig, groups: Groups):
     return load_model(source, load, groups.parallel)
 
 
-def worker_entry(rank: int, config: EngineConfig, layout: Layout, init_method: str, parent_pid: int) -> None:
-    """A spawned rank: die with the front end, join the groups, serve until Shutdown."""
+def worker_entry(rank: int, config: EngineConfig, layout: Layout, port: int, parent_pid: int) -> None:
+    """A spawned rank: die with the front end, meet it at `port`, serve until Shutdown."""
     _die_with_parent(parent_pid)
-    run_worker(config, layout, rank, init_method)
+    run_worker(config, layout, rank, join(port, layout.world_size, LOAD_S))
 
 
-def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str) -> None:
+def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str | dist.Store) -> None:
     """Join both groups, load this rank's model, tell the front end it is ready, run its loop."""
-    groups = init_groups(layout, rank, backend(config), init_method, LOAD_S)
+    groups = init_groups(layout, rank, backend(config), rendezvous, LOAD_S)
     on_cpu = not config.target_load.device.startswith("cuda")
     all_cores = sorted(os.sched_getaffinity(0))
     if on_cpu:
