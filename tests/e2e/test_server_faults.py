@@ -150,6 +150,48 @@ def test_killed_worker_fails_only_the_running_stream(tiny_qwen_dir: Path, tiny_d
         assert 'endpoint="/v1/completions",status="5' not in httpx.get(srv.url + "/metrics").text  # 200 + error event
 
 
+def kill_new_workers(engine, known: set[int], count: int) -> threading.Thread:
+    """A thread that kills the first `count` workers spawned after `known`, as soon as they appear."""
+
+    def run() -> None:
+        killed = 0
+        deadline = time.monotonic() + 120
+        while killed < count and time.monotonic() < deadline:
+            for pid in set(engine.pool.pids.values()) - known:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                known.add(pid)
+                killed += 1
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_failed_restart_fails_each_waiting_request(tiny_qwen_dir: Path, tiny_draft_dir: Path) -> None:
+    with tiny_async_engine(tiny_qwen_dir, tiny_draft_dir) as engine, LiveServer(engine, max_tokens=LONG) as srv:
+        client = client_for(srv)
+        expected = complete(client)
+        running = started_stream(client, chunks=5)
+        queued = [StreamResult() for _ in range(2)]
+        threads = [stream_in_thread(client, r) for r in queued]
+        wait_until(lambda: srv.app.state.service.scheduler.waiting == 2)
+        killer = kill_new_workers(engine, set(engine.pool.pids.values()), count=1)  # the restart's worker
+        os.kill(worker_pid(engine, "draft"), signal.SIGKILL)
+        with pytest.raises(openai.APIError):
+            for _ in running:
+                pass
+        killer.join(timeout=120)
+        for t in threads:
+            t.join(timeout=120)
+        assert all(r.error is not None and "did not start" in r.error.message for r in queued), queued
+        assert httpx.get(srv.url + "/health").json() == {"status": "degraded"}
+        assert complete(client) == expected  # the next request tries the restart again
+        assert httpx.get(srv.url + "/health").json() == {"status": "ok"}
+        assert metric(srv, 'swiftspec_failed_requests_total{cause="fault"}') == 3
+
+
 def test_killed_worker_fails_a_whole_response_with_503(tiny_qwen_dir: Path, tiny_draft_dir: Path) -> None:
     with tiny_async_engine(tiny_qwen_dir, tiny_draft_dir) as engine, LiveServer(engine, max_tokens=LONG) as srv:
         client = client_for(srv)
