@@ -54,11 +54,19 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Service:
-    """What the endpoints share: the engine (read-only here), the limits and the queue."""
+    """What the endpoints share: the limits, the queue and its engine (read-only here)."""
 
-    engine: Engine
     config: ServerConfig
     scheduler: Scheduler
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, once the scheduler has built it (until then every request gets a 503)."""
+        engine = self.scheduler.engine
+        if engine is None:
+            raise APIError(503, "the server is starting: its engine is loading; retry shortly", code="starting",
+                           type="server_error")
+        return engine
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.config.served_model_name:

@@ -3,8 +3,9 @@
 The engine decodes one stream at a time and is not thread-safe, so every request becomes a Job
 that waits in a bounded FIFO; the worker runs jobs in arrival order and hands each round's
 tokens back to the request's event loop. Setting a job's `stop` event ends it within one round.
-The worker thread also keeps the engine healthy: after a worker fault (EngineFault) it restarts the
-engine before the next job, so waiting jobs are served by fresh workers; `health` says how it stands.
+The worker thread also builds the engine (the server answers meanwhile, `health` STARTING) and keeps
+it healthy: after a worker fault (EngineFault) it restarts the engine before the next job, so
+waiting jobs are served by fresh workers.
 """
 
 from __future__ import annotations
@@ -77,17 +78,21 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
-    """Called on the worker thread: after every job, and after every restart of the engine."""
+    """Called on the worker thread: after every job, after every restart of the engine, and once if
+    the engine cannot be built (the thread then ends)."""
 
     on_end: Callable[[Job, JobEnd], None]
     on_restart: Callable[[], None]
+    on_start_error: Callable[[Exception], None]
 
 
 class Scheduler:
-    """Bounded FIFO + one worker thread that runs the jobs and restarts the engine after a fault."""
+    """Bounded FIFO + one worker thread that builds the engine with `load()`, runs the jobs, and
+    restarts the engine after a fault."""
 
-    def __init__(self, engine: Engine, max_queue: int, hooks: Hooks) -> None:
-        self._engine = engine
+    def __init__(self, load: Callable[[], Engine], max_queue: int, hooks: Hooks) -> None:
+        self._load = load
+        self.engine: Engine | None = None  # set once built
         self._max_queue = max_queue
         self._hooks = hooks
         self._waiting: collections.deque[Job] = collections.deque()
@@ -95,27 +100,25 @@ class Scheduler:
         self._closed = False
         self._running: Job | None = None
         self._thread = threading.Thread(target=self._work, name="swiftspec-engine", daemon=True)
-        self.health = STARTING  # then OK; DEGRADED from a fault until the engine has recovered
+        self.health = STARTING  # until the engine is built; then OK, or DEGRADED from a fault until it recovers
         self._restart_failed = False
-        self._checked = threading.Event()  # the worker thread has checked the engine once
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
     def start(self) -> None:
-        """Start the worker thread; returns once it has checked the engine (health is no longer STARTING)."""
         self._thread.start()
-        self._checked.wait()
 
     def close(self) -> None:
-        """Stop the running job within a round, fail the waiting ones, and join the worker."""
+        """Stop the running job within a round, fail the waiting ones, and join the worker (unless it
+        is still building the engine: the process is ending, and the workers end with it)."""
         with self._cond:
             self._closed = True
             if self._running is not None:
                 self._running.stop.set()
             self._cond.notify_all()
-        if self._thread.is_alive():
+        if self.engine is not None and self._thread.is_alive():
             self._thread.join()
         self._fail_waiting(EngineFault("the server is shutting down"))
 
@@ -149,7 +152,7 @@ class Scheduler:
                     self._cond.wait(IDLE_CHECK_S)
                 if self._closed:
                     return None
-                if self._waiting and self.health == OK and self._engine.fault is None:
+                if self._waiting and self.health == OK and self.engine.fault is None:
                     self._running = self._waiting.popleft()
                     return self._running
                 retry = bool(self._waiting) or not self._restart_failed
@@ -158,10 +161,10 @@ class Scheduler:
 
     def _recover(self) -> None:
         """Restart the engine after a fault; if that fails, every waiting job gets the error."""
-        if self._engine.fault is not None:
+        if self.engine.fault is not None:
             self.health = DEGRADED
         try:
-            restarted = self._engine.recover()
+            restarted = self.engine.recover()
         except Exception as exc:  # noqa: BLE001 - the worker thread must outlive a failed restart
             self.health, self._restart_failed = DEGRADED, True
             log.error("the engine could not recover: %s", exc)
@@ -180,8 +183,14 @@ class Scheduler:
             self._hooks.on_end(job, end)
 
     def _work(self) -> None:
+        try:
+            self.engine = self._load()
+        except Exception as exc:  # noqa: BLE001 - reported through the hook: the server stops
+            self.health = DEGRADED
+            log.error("the engine did not start: %s", exc)
+            self._hooks.on_start_error(exc)
+            return
         self._recover()
-        self._checked.set()
         while (job := self._next()) is not None:
             if job.stop.is_set():  # cancelled between its stop flag and its removal from the queue
                 continue
@@ -195,7 +204,7 @@ class Scheduler:
         error: Exception | None = None
         count, first, last = 0, None, 0.0
         try:
-            for ids in self._engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set):
+            for ids in self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set):
                 last = time.perf_counter()
                 first = last if first is None else first
                 count += len(ids)
@@ -208,7 +217,7 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the worker must outlive any one request
             log.exception("request %s failed in the engine", job.request_id)
             error = exc
-        stats = self._engine.stats  # only this job's when it ran without error; copied before the next
+        stats = self.engine.stats  # only this job's when it ran without error; copied before the next
         stats = GenerationStats() if error else dataclasses.replace(stats, accept_lengths=list(stats.accept_lengths))
         ttft = None if first is None else first - job.arrived
         return JobEnd(error, stats, count, ttft, 0.0 if first is None else last - first)

@@ -15,9 +15,10 @@ import json
 import logging
 import os
 import signal
+import contextlib
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, TypeVar
+from typing import AsyncIterator, Callable, TypeVar
 
 import uvicorn
 from fastapi import Depends, FastAPI
@@ -50,10 +51,14 @@ ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
-def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
-    """An app serving `engine`; its worker thread starts and stops with the app's lifespan."""
+def create_app(load: Callable[[], Engine], config: ServerConfig,
+               on_start_error: Callable[[Exception], None]) -> FastAPI:
+    """An app serving the engine that `load()` builds on the worker thread, which starts and stops
+    with the app's lifespan; until the engine is built, /health says "starting" and requests get 503.
+    on_start_error(exc) is called (on that thread) if load() fails."""
     metrics = ServerMetrics()
-    scheduler = Scheduler(engine, config.max_queue, Hooks(on_end=metrics.observe, on_restart=metrics.restarts.inc))
+    hooks = Hooks(on_end=metrics.observe, on_restart=metrics.restarts.inc, on_start_error=on_start_error)
+    scheduler = Scheduler(load, config.max_queue, hooks)
     metrics.watch_queue(lambda: scheduler.waiting)
 
     @asynccontextmanager
@@ -63,7 +68,7 @@ def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
         scheduler.close()
 
     app = FastAPI(title="SwiftSpec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.service = Service(engine=engine, config=config, scheduler=scheduler)
+    app.state.service = Service(config=config, scheduler=scheduler)
     app.state.metrics = metrics
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
     app.add_exception_handler(APIError, _api_error)
@@ -173,7 +178,7 @@ async def _require_key(request: Request) -> None:
 
 
 async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-    headers = {"Retry-After": "1"} if exc.status == 429 else None
+    headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
@@ -227,17 +232,32 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`swiftspec serve`: build the engine from the engine flags and serve it until interrupted."""
+    """`swiftspec serve`: listen at once (/health: starting), build the engine from the engine flags
+    meanwhile, and serve it until interrupted. An engine that cannot be built stops the server, and
+    its error is raised."""
     config = server_config_from_args(args)
+    engine_config = engine_config_from_args(args)
     if not config.api_key and not _is_loopback(config.host):
         log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)
     signal.signal(signal.SIGTERM, _terminated)
-    engine = build_engine(engine_config_from_args(args))
+    failed: list[Exception] = []
+
+    def start_failed(exc: Exception) -> None:
+        failed.append(exc)
+        server.should_exit = True
+
+    app = create_app(lambda: build_engine(engine_config), config, start_failed)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, timeout_graceful_shutdown=5,
+                                           log_level="info"))
     try:
-        uvicorn.run(create_app(engine, config), host=config.host, port=config.port,
-                    timeout_graceful_shutdown=5, log_level="info")
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises Ctrl-C again once it has shut down
+            server.run()
     finally:
-        engine.close()
+        engine = app.state.service.scheduler.engine
+        if engine is not None:
+            engine.close()
+    if failed:
+        raise failed[0]
     return 0
 
 

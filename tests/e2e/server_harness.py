@@ -59,7 +59,7 @@ class LiveServer:
 
     def __init__(self, engine: Engine, **settings: object) -> None:
         config = ServerConfig(port=0, served_model_name=MODEL, **settings)
-        self.app = create_app(engine, config)
+        self.app = create_app(lambda: engine, config, on_start_error=self._start_failed)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning",
                                                      timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._server.run, name="test-uvicorn", daemon=True)
@@ -74,7 +74,15 @@ class LiveServer:
             time.sleep(0.01)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+        while self.app.state.service.scheduler.health != "ok":  # the worker thread has taken the engine
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test server's engine did not start")
+            time.sleep(0.01)
         return self
+
+    @staticmethod
+    def _start_failed(exc: Exception) -> None:
+        raise AssertionError("the engine of a test server cannot fail to start") from exc
 
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True

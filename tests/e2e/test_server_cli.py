@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -42,7 +43,7 @@ def test_swiftspec_serve_subprocess(tiny_qwen_dir: Path) -> None:
                 url = m.group(1)
                 break
         assert url, "the server did not start"
-        assert httpx.get(url + "/health").status_code == 200
+        assert _health_until_ok(url)[-1] == "ok"
         assert httpx.get(url + "/v1/models").status_code == 401
         auth = {"Authorization": "Bearer k"}
         body = {"model": tiny_qwen_dir.name, "prompt": "def add(a, b):", "max_tokens": 3, "temperature": 0}
@@ -63,6 +64,7 @@ def test_async_serve_leaves_no_orphan(tiny_qwen_dir: Path, tiny_draft_dir: Path,
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         url = _served_url(proc)
+        assert _health_until_ok(url) == ["starting", "ok"]  # it listens while the engine loads
         workers = [p for p in psutil.Process(proc.pid).children(recursive=True)]
         assert len(workers) >= 2, "the draft worker and multiprocessing's resource tracker"
         body = {"model": tiny_qwen_dir.name, "prompt": "def add(a, b):", "max_tokens": 3, "temperature": 0}
@@ -82,3 +84,18 @@ def _served_url(proc: subprocess.Popen) -> str:
             threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
             return m.group(1)
     raise AssertionError("the server did not start")
+
+
+def _health_until_ok(url: str, timeout: float = 120.0) -> list[str]:
+    """The /health statuses seen, in order, until "ok" (200; any other status answers 503)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not seen or seen[-1] != "ok":
+        assert time.monotonic() < deadline, seen
+        r = httpx.get(url + "/health", timeout=10)
+        status = r.json()["status"]
+        assert r.status_code == (200 if status == "ok" else 503), r.text
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        time.sleep(0.05)
+    return seen
