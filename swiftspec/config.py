@@ -92,12 +92,15 @@ class EngineConfig:
     draft_cores: int = 0  # async on CPU: threads of the draft group (0 = half the cores)
     trace: str = ""  # write each request's timeline here (Chrome trace-event JSON)
     auto: AutoConfig = AutoConfig()  # used when mode is AUTO
+    worker_timeout: float = 0.0  # async: seconds a decode round may take before the workers count as hung (0 = auto)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES + (AUTO,):
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES + (AUTO,))})")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
+        if not self.worker_timeout >= 0:
+            raise ConfigError(f"worker timeout must be >= 0 seconds, got {self.worker_timeout}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,6 +37,13 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def reproducible(self) -> bool:
+        """A seeded sampled request: its text must depend on the seed alone. A sampled tree's shape
+        decides which random draws verification makes, so engines give it rounds of a fixed shape,
+        never shaped by measured times or by when a message arrived."""
+        return self.seed is not None and not self.greedy
+
 
 def process_logits(logits: Tensor, params: SamplingParams) -> Tensor:
     """Turn raw logits into the distribution we sample from: float32 probs, rows sum to 1.

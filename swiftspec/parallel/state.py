@@ -11,6 +11,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from swiftspec.errors import link_errors
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelState:
@@ -27,7 +29,8 @@ class ParallelState:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum x over the TP ranks, in place. Identity when tp_size == 1."""
         if self.tp_size > 1:
-            dist.all_reduce(x, group=self.group)
+            with link_errors():
+                dist.all_reduce(x, group=self.group)
         return x
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
@@ -36,5 +39,6 @@ class ParallelState:
             return x
         # list-based all_gather works on gloo too (all_gather_into_tensor does not everywhere)
         parts = [torch.empty_like(x) for _ in range(self.tp_size)]
-        dist.all_gather(parts, x.contiguous(), group=self.group)
+        with link_errors():
+            dist.all_gather(parts, x.contiguous(), group=self.group)
         return torch.cat(parts, dim=-1)

@@ -1,40 +1,57 @@
 """SwiftSpec's asynchronous, disaggregated engine (paper Algorithm 1), front end = target leader.
 
 This process is global rank 0: it leads the target group, verifies and decides every token.
-`generate --mode async` spawns the other ranks itself (draft group, target followers); under
-torchrun the same entry point reads RANK/WORLD_SIZE/MASTER_ADDR and ranks > 0 run worker loops.
+`generate --mode async` spawns the other ranks itself (draft group, target followers) and watches
+them (runtime/supervisor.py): a worker that dies or hangs fails the running request with an
+EngineFault, never the process, and recover() respawns the workers. Under torchrun the same entry
+point reads RANK/WORLD_SIZE/MASTER_ADDR and ranks > 0 run worker loops (runtime/async_worker.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
-import socket
-import sys
-import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.errors import UserError
-from swiftspec.parallel.groups import Groups, Layout, init_groups, pin, pinned, plan_cores
+from swiftspec.config import EngineConfig
+from swiftspec.errors import EngineFault, LinkError
+from swiftspec.parallel.groups import (
+    Layout,
+    all_ready,
+    init_groups,
+    joined,
+    leave_groups,
+    meeting_point,
+    pinned,
+    plan_cores,
+)
+from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
 from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, choose_depth
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
+from swiftspec.runtime.supervisor import POLL_S, Limits, Watchdog, WorkerPool
 from swiftspec.runtime.target import TreeVerifier
-from swiftspec.tree import mask_from_parents
 from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+from swiftspec.tree import mask_from_parents
 
-INIT_TIMEOUT_S = 600.0  # loading a model on a busy machine can take minutes
+log = logging.getLogger(__name__)
+CAUSE_GRACE_S = 1.0  # after a failed message, how long a dying worker's exit may take to show
+SHUTDOWN_S = 10.0  # how long close() waits for the workers to exit on Shutdown
 
 
-class WorkerFailure(UserError):
-    """A worker process died; the engine cannot continue."""
+@dataclass(slots=True)
+class Flow:
+    """Where one request stands on the link between the two leaders."""
+
+    tree_in_flight: bool = True  # the draft has sent (or will send) a tree we have not received
+    stop_sent: bool = False
 
 
 class AsyncEngine:
@@ -44,46 +61,90 @@ class AsyncEngine:
         self.config = config
         self.layout = Layout(target_tp=config.target_tp, draft_tp=config.draft_tp)
         self.verify_size = config.tree.verify_size
+        self.max_seq_len = config.target_load.max_seq_len
         self.stats = GenerationStats()
         self.trace_summary: dict = {}
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
-        self._closing = False
-        init_method = _torchrun_init(config, self.layout) or self._spawn_workers()
-        self.groups = init_groups(self.layout, 0, _backend(config), init_method, INIT_TIMEOUT_S)
-        target = _load_for_rank(config.target, config.target_load, self.groups)
+        self.limits = Limits()
+        self._fault: str | None = None  # a request failed with the groups out of step
+        self._torchrun = torchrun_init(config, self.layout)  # ranks > 0 under torchrun never return
+        self.pool = None if self._torchrun else WorkerPool(worker_entry, self.layout.world_size)
+        self.watchdog = Watchdog(self.pool, self.layout.role)
+        self.on_cpu = not config.target_load.device.startswith("cuda")
         self.cores = plan_cores(self.layout, 0, config.draft_cores)  # pinned only inside generate()
         # The draft idles while the target prefills: a lone target leader may use every core then.
         self.prefill_cores = sorted(os.sched_getaffinity(0)) if self.layout.target_tp == 1 else self.cores
-        self.tokenizer = target.tokenizer
-        self.max_seq_len = config.target_load.max_seq_len
-        self.verifier = TreeVerifier(target.model, self.max_seq_len, self.verify_size)
-        self.on_cpu = self.verifier.runner.device.type == "cpu"
+        self.target = None
+        self._closed = False
+        try:
+            self._launch()
+            self.tokenizer = self.target.tokenizer
+            self.depth = config.tree.depth or self._choose_depth()
+            self.limits = self._profile_limits()
+        except BaseException:
+            self.close()
+            raise
+
+    def _launch(self) -> None:
+        """Start the workers and join them. A failed message becomes an EngineFault that names its
+        cause; any failure leaves the fault recorded, so that the next recover() tries again."""
+        try:
+            with self.watchdog.watch("start-up", self.limits.load_s):
+                self._start()
+        except LinkError as exc:
+            raise self._stop_workers(f"the async workers did not start: {self._cause(exc)}") from None
+        except Exception as exc:
+            self._stop_workers(f"the async workers did not start: {type(exc).__name__}: {exc}")
+            raise
+
+    def _start(self) -> None:
+        """Spawn the workers, join both groups, load the target (again only when its shards need the
+        new tensor-parallel group) and wait until every rank has loaded its model."""
+        rendezvous = self._torchrun or self._spawn()
+        groups = init_groups(self.layout, 0, backend(self.config), rendezvous, self.limits.load_s)
+        if self.target is None or self.layout.target_tp > 1:
+            self.target = self.verifier = None  # free the old shard first
+            self.target = load_for_rank(self.config.target, self.config.target_load, groups)
+            self.verifier = TreeVerifier(self.target.model, self.max_seq_len, self.verify_size)
         self.link = DistTransport(self.layout.draft_leader)
-        group = self.groups.parallel.group
-        self.followers = GroupBroadcast(group, 0) if self.layout.target_tp > 1 else None  # TP ranks
-        self.depth = config.tree.depth or self._choose_depth()
+        tp_group = groups.parallel.group
+        self.followers = GroupBroadcast(tp_group, 0) if self.layout.target_tp > 1 else None  # TP ranks
+        all_ready()
 
-    def _spawn_workers(self) -> str:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            init_method = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-        self.workers = mp.start_processes(_worker_entry, args=(self.config, self.layout, init_method),
-                                          nprocs=self.layout.world_size - 1, join=False, start_method="spawn")
-        threading.Thread(target=self._watchdog, daemon=True, name="swiftspec-watchdog").start()
-        return init_method
+    def _spawn(self) -> dist.Store:
+        """Start the workers and wait until each has joined the meeting point (a worker that dies
+        first fails the start-up at once; init_groups itself cannot be left before its timeout)."""
+        store = meeting_point(self.layout.world_size, self.limits.load_s)
+        self.pool.spawn(self.config, self.layout, store.port)
+        log.info("async workers: %s", ", ".join(f"rank {rank} ({self.layout.role(rank)}) pid {pid}"
+                                                for rank, pid in self.pool.pids.items()))
+        while joined(store) < self.layout.world_size - 1:
+            if self.watchdog.fault is not None:
+                raise LinkError("a worker did not join")
+            time.sleep(POLL_S)
+        return store
 
-    def _watchdog(self) -> None:
-        """A dead worker ends the whole command with a clear error instead of a hang."""
-        while not self._closing:
-            for index, proc in enumerate(self.workers.processes):
-                if not proc.is_alive() and not self._closing:
-                    rank = index + 1
-                    print(f"error: async worker rank {rank} ({self.layout.role(rank)} group) died "
-                          f"(exit code {proc.exitcode}); stopping", file=sys.stderr, flush=True)
-                    for other in self.workers.processes:
-                        other.kill()
-                    os._exit(3)
-            time.sleep(0.2)
+    @property
+    def fault(self) -> str | None:
+        """Why the engine cannot serve until recover() (a worker died or hung); None when it can."""
+        return self._fault or self.watchdog.fault
+
+    def recover(self) -> bool:
+        """After a fault, restart the workers (raises EngineFault if that fails). True if it restarted."""
+        fault = self.fault
+        if fault is None:
+            return False
+        if self.pool is None:
+            raise EngineFault(f"{fault}; workers started by torchrun cannot be respawned: restart the job")
+        log.warning("restarting the async workers after: %s", fault)
+        started = time.perf_counter()
+        self.pool.stop(0.0)
+        leave_groups()
+        self._fault = None
+        self.watchdog.clear()
+        self._launch()
+        log.warning("async workers restarted in %.1f s", time.perf_counter() - started)
+        return True
 
     def generate(
         self,
@@ -95,66 +156,76 @@ class AsyncEngine:
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
+        fault = self.fault
+        if fault is not None:
+            raise EngineFault(f"the async workers are down ({fault}); the engine must recover first")
         try:
             with pinned(self.cores) if self.on_cpu else contextlib.nullcontext():
                 yield from self._generate(req, prompt, params, depth or self.depth)
-        except RuntimeError as exc:  # gloo/NCCL: a peer closed its connection or timed out
-            raise self._failure(exc) from None
+        except LinkError as exc:  # only a failed message is a lost contact
+            raise self._stop_workers(self._cause(exc)) from None
+        except Exception as exc:  # keeps its type and message; the groups are out of step now
+            self._stop_workers(f"the last request failed with {type(exc).__name__}: {exc}")
+            raise
 
-    def _failure(self, exc: Exception) -> WorkerFailure:
-        """Stop every worker and name the one that died (or the communication error)."""
-        self._closing = True
-        time.sleep(0.5)  # let a dying worker's exit code settle
-        procs = self.workers.processes if hasattr(self, "workers") else []
-        dead = [(i + 1, p.exitcode) for i, p in enumerate(procs) if not p.is_alive()]
-        for proc in procs:
-            proc.kill()
-        if dead:
-            rank, code = dead[0]
-            return WorkerFailure(f"async worker rank {rank} ({self.layout.role(rank)} group) died "
-                                 f"(exit code {code}); generation stopped")
-        return WorkerFailure(f"lost contact with the async workers: {str(exc).splitlines()[0]}")
+    def _cause(self, exc: LinkError) -> str:
+        """Why a message failed: what the watchdog saw (a worker died or hung), else lost contact."""
+        deadline = time.monotonic() + CAUSE_GRACE_S
+        while self.watchdog.fault is None and self.pool is not None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return self.watchdog.fault or f"lost contact with the async workers: {exc}"
+
+    def _stop_workers(self, reason: str) -> EngineFault:
+        """Record the fault and kill every worker (recover() starts fresh ones)."""
+        self._fault = self._fault or reason
+        if self.pool is not None:
+            self.pool.kill()
+        return EngineFault(reason)
 
     def _generate(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
         """Algorithm 1, target side: prefill, start the draft, then verify round after round."""
-        timeline = Timeline()
+        timeline, flow = Timeline(), Flow()
         rng = make_generator(params.seed, self.verifier.runner.device)
+        limit = self.limits.prefill(len(prompt))  # the first round also waits for the draft's prefill
+        with self.watchdog.watch("the prefill", limit):
+            first = self._prefill(prompt, params, rng, depth)
+        try:
+            out = req.emit(first)
+            if out:
+                yield out
+            while not req.done:
+                with self.watchdog.watch("a decode round", limit):
+                    emitted, verified = self.step(params, rng, timeline, flow)
+                    out = req.emit(emitted)
+                    self._send_verified(dataclasses.replace(verified, stop=req.done), timeline, flow)
+                limit = self.limits.round_s
+                req.stats.rounds += 1
+                req.stats.accept_lengths.append(len(emitted))
+                if out:
+                    yield out
+        except GeneratorExit:  # the consumer abandoned the stream
+            self._end(timeline, flow, req.stats, limit)
+            raise
+        self._end(timeline, flow, req.stats, limit)
+
+    def _prefill(self, prompt: list[int], params: SamplingParams, rng: torch.Generator, depth: int) -> list[int]:
+        """Prefill the target (its followers too) and pick the first token; Start the draft on it."""
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
         with pinned(self.prefill_cores) if self.on_cpu else contextlib.nullcontext(), timeline.span("prefill"):
             first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params))
-        self._tree_in_flight, stop_sent = True, False
-        try:
-            out = req.emit(first)
-            if out:
-                yield out
-            while not req.done:
-                emitted, verified = self.step(params, rng, timeline)
-                out = req.emit(emitted)
-                stop_sent = req.done
-                self._send_verified(dataclasses.replace(verified, stop=req.done), timeline)
-                self._tree_in_flight = not req.done
-                req.stats.rounds += 1
-                req.stats.accept_lengths.append(len(emitted))
-                if out:
-                    yield out
-        finally:  # also when the consumer abandons the stream: leave both groups idle and in step
-            if self._tree_in_flight:
-                self.link.recv()
-            if not stop_sent:
-                empty = torch.zeros(0, dtype=torch.long)
-                self._send_verified(Verified(tokens=empty, nodes=empty, stop=True), timeline)
-            self._finish(timeline, req.stats)
+        return first
 
-    def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline) -> tuple[list[int], Verified]:
+    def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline,
+             flow: Flow) -> tuple[list[int], Verified]:
         """One round on the target's critical path: receive, forward, verify, commit."""
         with timeline.span("wait_tree"):
             tree = self.link.recv()  # the draft's best bs-node subtree, grown while we verified
-            self._tree_in_flight = False
+            flow.tree_in_flight = False
         if not isinstance(tree, DraftTree):
-            raise WorkerFailure(f"protocol error: expected a draft tree, got {type(tree).__name__}")
+            raise EngineFault(f"protocol error: expected a draft tree, got {type(tree).__name__}")
         if self.followers is not None:
             self.followers.send(tree)
         with timeline.span("forward"):
@@ -169,17 +240,25 @@ class AsyncEngine:
         timeline.count(len(emitted), tree.tokens.numel())
         return emitted, Verified(tokens=torch.tensor(emitted), nodes=nodes.cpu(), stop=False)
 
-    def _send_verified(self, verified: Verified, timeline: Timeline) -> None:
+    def _send_verified(self, verified: Verified, timeline: Timeline, flow: Flow) -> None:
         with timeline.span("send_verified"):
             self.link.send(verified)
             if self.followers is not None:
                 self.followers.send(verified)
+        flow.tree_in_flight, flow.stop_sent = not verified.stop, verified.stop
 
-    def _finish(self, timeline: Timeline, stats: GenerationStats) -> None:
-        """The draft reports its busy time and spans once the request stops."""
-        reply = self.link.recv()
+    def _end(self, timeline: Timeline, flow: Flow, stats: GenerationStats, limit: float) -> None:
+        """Leave both groups idle and in step: take the tree still in flight, stop the draft if it
+        was not told yet, and read its report (busy time and spans)."""
+        with self.watchdog.watch("the end of a request", limit):
+            if flow.tree_in_flight:
+                self.link.recv()
+            if not flow.stop_sent:
+                empty = torch.zeros(0, dtype=torch.long)
+                self._send_verified(Verified(tokens=empty, nodes=empty, stop=True), timeline, flow)
+            reply = self.link.recv()
         if not isinstance(reply, Profile):
-            raise WorkerFailure(f"protocol error: expected the draft's report, got {type(reply).__name__}")
+            raise EngineFault(f"protocol error: expected the draft's report, got {type(reply).__name__}")
         stats.draft_s = reply.seconds
         stats.verify_s = sum(e - s for c, s, e in timeline.events if c in (CODE["forward"], CODE["verify"]))
         target_ev = timeline.as_tensor()
@@ -190,105 +269,43 @@ class AsyncEngine:
     def _choose_depth(self) -> int:
         """d by profiling: time both sides at d = 1, then keep the faster of floor(t_t/t_d) and +1."""
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
-        self._warmup(prompt, 1)
+        stats = self._warmup(prompt, 1)
         spans = self.trace_summary
-        t_target = (spans["target"]["spans_s"].get("forward", 0.0)) / max(1, self.stats.rounds)
-        expands = max(1, self.stats.rounds + 1)
+        t_target = (spans["target"]["spans_s"].get("forward", 0.0)) / max(1, stats.rounds)
+        expands = max(1, stats.rounds + 1)
         t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / expands
-        return choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d), "async")
+        return choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d).tokens_per_s, "async")
 
-    def _warmup(self, prompt: list[int], depth: int) -> float:
+    def _profile_limits(self) -> Limits:
+        """Hang limits from a warm-up at the chosen d (the second of two: the first pays one-time
+        costs): seconds per decode round and per prompt token."""
+        prompt = self.tokenizer.encode(WARMUP_PROMPT)
+        stats = [self._warmup(prompt, self.depth) for _ in range(2)][-1]
+        round_s = (stats.total_s - stats.ttft_s) / max(1, stats.rounds)
+        limits = Limits.profiled(round_s, stats.ttft_s / stats.prompt_tokens, self.config.worker_timeout)
+        log.info("async: %.1f ms per round; a round that takes over %.1f s means a hung worker",
+                 1e3 * round_s, limits.round_s)
+        return limits
+
+    def _warmup(self, prompt: list[int], depth: int) -> GenerationStats:
         for _ in self.generate(prompt, SamplingParams(), 24, depth=depth):
             pass
-        return self.stats.tokens_per_s
+        return self.stats
 
     def close(self) -> None:
-        if self._closing:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        """Shut the workers down (killed if they are out of step or slow to exit); leave the groups."""
+        if self._closed:
             return
-        self._closing = True
-        self.link.send(Shutdown())
-        if self.followers is not None:
-            self.followers.send(Shutdown())
-        workers = self.workers.processes if hasattr(self, "workers") else []
-        for proc in workers:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
-        dist.destroy_process_group()
-
-
-def _backend(config: EngineConfig) -> str:
-    """Messages between groups are small CPU tensors (gloo); tensor parallelism on GPU uses NCCL."""
-    return "cpu:gloo,cuda:nccl" if config.target_load.device.startswith("cuda") else "gloo"
-
-
-def _torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
-    """Under torchrun, join through its environment; ranks > 0 serve as workers, then exit."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    if int(os.environ["WORLD_SIZE"]) != layout.world_size:
-        raise UserError(f"torchrun started {os.environ['WORLD_SIZE']} ranks; --target-tp + --draft-tp "
-                        f"needs {layout.world_size}")
-    rank = int(os.environ["RANK"])
-    if rank:
-        run_worker(config, layout, rank, "env://")
-        sys.exit(0)
-    return "env://"
-
-
-def _load_for_rank(source: str, load: LoadConfig, groups: Groups):
-    """Load this rank's shard of the model, on its own GPU when on CUDA."""
-    from swiftspec.weights import load_model
-
-    if load.device.startswith("cuda"):
-        device = f"cuda:{groups.rank % torch.cuda.device_count()}"
-        torch.cuda.set_device(device)
-        load = dataclasses.replace(load, device=device)
-    if groups.role == "target":
-        from swiftspec.runtime import load_target
-
-        return load_target(source, load, groups.parallel)
-    return load_model(source, load, groups.parallel)
-
-
-def _worker_entry(index: int, config: EngineConfig, layout: Layout, init_method: str) -> None:
-    """A spawned rank (index + 1): die with the front end, join the groups, serve until Shutdown."""
-    _die_with_parent()
-    run_worker(config, layout, index + 1, init_method)
-
-
-def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str) -> None:
-    from swiftspec.draft import build_drafter
-    from swiftspec.runtime.async_worker import GroupIO, draft_loop, target_follower_loop
-
-    groups = init_groups(layout, rank, _backend(config), init_method, INIT_TIMEOUT_S)
-    on_cpu = not config.target_load.device.startswith("cuda")
-    all_cores = sorted(os.sched_getaffinity(0))
-    if on_cpu:
-        pin(plan_cores(layout, rank, config.draft_cores))
-    group = GroupBroadcast(groups.parallel.group, groups.leader) if groups.parallel.tp_size > 1 else None
-    link = DistTransport(groups.peer_leader) if groups.is_leader else None
-    io = GroupIO(link, group)
-    if groups.role == "draft":
-        draft = _load_for_rank(config.draft, config.draft_load, groups)
-        drafter = build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
-                                config.draft_load.weights)
-        # The target waits while a lone draft rank prefills the prompt: it may use every core then.
-        draft_loop(drafter, io, config.tree.verify_size, all_cores if on_cpu and layout.draft_tp == 1 else None)
-    else:
-        target = _load_for_rank(config.target, config.target_load, groups)
-        target_follower_loop(TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size), io)
-    dist.destroy_process_group()
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the front end exits, so no orphan survives it."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        self._closed = True
+        healthy = self.target is not None and self.fault is None
+        self.watchdog.close()
+        if healthy:
+            with contextlib.suppress(LinkError):
+                self.link.send(Shutdown())
+                if self.followers is not None:
+                    self.followers.send(Shutdown())
+                self.link.flush()
+        if self.pool is not None:
+            self.pool.stop(SHUTDOWN_S if healthy else 0.0)
+            self.pool.close()
+        leave_groups()

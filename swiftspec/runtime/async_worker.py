@@ -1,16 +1,51 @@
-"""The loops of the async engine's other ranks: the draft group (leader and followers) and the
-target group's tensor-parallel followers. Each loop serves requests until `Shutdown`."""
+"""The other ranks of the async engine: how a worker starts (spawned, or under torchrun), and the loops
+of the draft group (leader and followers) and of the target group's tensor-parallel followers.
+Each loop serves requests until `Shutdown`."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+import torch
+import torch.distributed as dist
 
+from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.draft import TreeDrafter
-from swiftspec.parallel.groups import pinned
-from swiftspec.runtime.protocol import DraftTree, Message, Profile, Shutdown, Start, Transport, Verified
+from swiftspec.errors import UserError
+from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join, pin, pinned, plan_cores
+from swiftspec.runtime.protocol import (
+    DistTransport,
+    DraftTree,
+    GroupBroadcast,
+    Message,
+    Profile,
+    Shutdown,
+    Start,
+    Transport,
+    Verified,
+)
+from swiftspec.runtime.supervisor import LOAD_S
 from swiftspec.runtime.target import TreeVerifier
-from swiftspec.tree import mask_from_parents
 from swiftspec.runtime.trace import Timeline
+from swiftspec.tree import mask_from_parents
+
+# Tests only: the draft sleeps a random 0..this many seconds before each round's drafting, so that
+# the verified tokens arrive at varying points (read once, when a draft worker starts).
+JITTER_ENV = "SWIFTSPEC_TEST_DRAFT_JITTER_S"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftSettings:
+    """What the draft loop needs besides its drafter and link."""
+
+    verify_size: int  # bs
+    prefill_cores: list[int] | None = None  # CPU cores for the prefill and first expansion (target idle)
+    jitter_s: float = 0.0  # JITTER_ENV
 
 
 class GroupIO:
@@ -39,29 +74,35 @@ class GroupIO:
         return self.group is None and self.link.ready()
 
 
-def draft_loop(drafter: TreeDrafter, io: GroupIO, verify_size: int, prefill_cores: list[int] | None = None) -> None:
-    """Draft group: for each request, keep growing the tree while the target verifies.
-    prefill_cores: CPU cores for the prompt prefill and first expansion, when the target is idle."""
+def draft_loop(drafter: TreeDrafter, io: GroupIO, settings: DraftSettings) -> None:
+    """Draft group: for each request, keep growing the tree while the target verifies."""
     while True:
         msg = io.recv()
         if isinstance(msg, Shutdown):
             return
         if isinstance(msg, Start):
-            _draft_request(drafter, io, msg, verify_size, prefill_cores)
+            _draft_request(drafter, io, msg, settings)
 
 
-def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, bs: int, prefill_cores: list[int] | None) -> None:
-    """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send."""
-    timeline = Timeline()
-    with pinned(prefill_cores) if prefill_cores else contextlib.nullcontext():
+def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: DraftSettings) -> None:
+    """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send.
+
+    A seeded sampled request drafts all d expansions every round: the tree's shape decides which
+    random draws verification makes, so it must not depend on when the verified tokens arrive."""
+    timeline, bs = Timeline(), settings.verify_size
+    stop = None if start.params.reproducible else io.ready
+    cores = settings.prefill_cores
+    with pinned(cores) if cores else contextlib.nullcontext():
         with timeline.span("prefill"):
             drafter.start(start.prompt.tolist(), start.first_token, start.params)
         with timeline.span("expand"):
             drafter.expand()  # the first tree: the root's children
     _send_tree(drafter, io, bs, timeline)
     while True:
+        if settings.jitter_s:
+            time.sleep(random.uniform(0.0, settings.jitter_s))
         with timeline.span("expand"):
-            drafter.draft(start.depth, stop=io.ready)  # overlaps the target's verification
+            drafter.draft(start.depth, stop=stop)  # overlaps the target's verification
         with timeline.span("wait_verified"):
             msg = io.recv()
         if not isinstance(msg, Verified) or msg.stop:
@@ -96,3 +137,86 @@ def target_follower_loop(verifier: TreeVerifier, io: GroupIO) -> None:
             verifier.commit(msg.nodes)
             if msg.stop:
                 verifier.runner.kv.reset()
+
+
+def backend(config: EngineConfig) -> str:
+    """Messages between groups are small CPU tensors (gloo); tensor parallelism on GPU uses NCCL."""
+    return "cpu:gloo,cuda:nccl" if config.target_load.device.startswith("cuda") else "gloo"
+
+
+def torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
+    """Under torchrun, join through its environment; ranks > 0 serve as workers, then exit."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    if int(os.environ["WORLD_SIZE"]) != layout.world_size:
+        raise UserError(f"torchrun started {os.environ['WORLD_SIZE']} ranks; --target-tp + --draft-tp "
+                        f"needs {layout.world_size}")
+    rank = int(os.environ["RANK"])
+    if rank:
+        run_worker(config, layout, rank, "env://")
+        sys.exit(0)
+    return "env://"
+
+
+def load_for_rank(source: str, load: LoadConfig, groups: Groups):
+    """Load this rank's shard of the model, on its own GPU when on CUDA."""
+    from swiftspec.weights import load_model
+
+    if load.device.startswith("cuda"):
+        device = f"cuda:{groups.rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+        load = dataclasses.replace(load, device=device)
+    if groups.role == "target":
+        from swiftspec.runtime import load_target
+
+        return load_target(source, load, groups.parallel)
+    return load_model(source, load, groups.parallel)
+
+
+def worker_entry(rank: int, config: EngineConfig, layout: Layout, port: int, parent_pid: int) -> None:
+    """A spawned rank: die with the front end, meet it at `port`, serve until Shutdown."""
+    _die_with_parent(parent_pid)
+    run_worker(config, layout, rank, join(port, layout.world_size, LOAD_S))
+
+
+def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str | dist.Store) -> None:
+    """Join both groups, load this rank's model, tell the front end it is ready, run its loop."""
+    groups = init_groups(layout, rank, backend(config), rendezvous, LOAD_S)
+    on_cpu = not config.target_load.device.startswith("cuda")
+    all_cores = sorted(os.sched_getaffinity(0))
+    if on_cpu:
+        pin(plan_cores(layout, rank, config.draft_cores))
+    group = GroupBroadcast(groups.parallel.group, groups.leader) if groups.parallel.tp_size > 1 else None
+    io = GroupIO(DistTransport(groups.peer_leader) if groups.is_leader else None, group)
+    if groups.role == "draft":
+        from swiftspec.draft import build_drafter
+
+        draft = load_for_rank(config.draft, config.draft_load, groups)
+        drafter = build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
+                                config.draft_load.weights)
+        # The target waits while a lone draft rank prefills the prompt: it may use every core then.
+        settings = DraftSettings(verify_size=config.tree.verify_size,
+                                 prefill_cores=all_cores if on_cpu and layout.draft_tp == 1 else None,
+                                 jitter_s=float(os.environ.get(JITTER_ENV, "0")))
+        all_ready()
+        draft_loop(drafter, io, settings)
+    else:
+        target = load_for_rank(config.target, config.target_load, groups)
+        verifier = TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size)
+        all_ready()
+        target_follower_loop(verifier, io)
+    dist.destroy_process_group()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: SIGKILL this worker when the front end exits, so no orphan survives it (also when the
+    front end is killed, or this worker is stopped); exit now if the front end is already gone."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(1)

@@ -15,6 +15,8 @@ from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 class AutoregressiveEngine:
     """One target forward per token."""
 
+    fault: str | None = None  # runs in this process alone: nothing to lose
+
     def __init__(self, target, max_seq_len: int) -> None:  # target: swiftspec.weights.LoadedModel
         self.runner = ModelRunner(target.model, max_seq_len, max_nodes=1)
         self.tokenizer = target.tokenizer
@@ -53,6 +55,9 @@ class AutoregressiveEngine:
         finally:
             if self.trace is not None:
                 self.trace.add(request_trace(timeline))
+
+    def recover(self) -> bool:
+        return False  # one process: no worker to lose
 
     def close(self) -> None:
         self.runner = None

@@ -81,6 +81,7 @@ class Engine(Protocol):
     tokenizer: "Tokenizer"  # swiftspec.tokenizer.Tokenizer of the target
     max_seq_len: int  # prompt + new tokens must fit in this
     trace: "TraceFile | None"  # while set, every request's timeline is added to it
+    fault: str | None  # why the engine cannot serve until recover() (a worker died or hung); None when it can
 
     def generate(
         self,
@@ -90,7 +91,14 @@ class Engine(Protocol):
         should_stop: Callable[[], bool] | None = None,
     ) -> Iterator[list[int]]:
         """Yield lists of new token ids (one list per round). Stops at EOS (not yielded),
-        at max_new_tokens, or once should_stop() returns True (checked once per round)."""
+        at max_new_tokens, or once should_stop() returns True (checked once per round).
+        Raises EngineFault when a worker fails (the request is lost; recover() before the next)."""
+        ...
+
+    def recover(self) -> bool:
+        """Restart what a fault stopped (the async engine's workers); True if it restarted.
+        Raises EngineFault if the restart fails. Engines that run in one process have no workers
+        to lose and return False."""
         ...
 
     def close(self) -> None:

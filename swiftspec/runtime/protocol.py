@@ -4,7 +4,7 @@ Vocabulary: the *target leader* (global rank 0) verifies and decides the tokens;
 leader* (global rank T) grows the tree. Only these cross between the groups: `Start` (a request's
 prompt, first token and sampling settings), `DraftTree` (the best bs-node subtree),
 `Verified` (the tokens emitted by a verification; `stop` ends the request), `Profile`, and
-`Shutdown`. Every message is encoded as CPU int64/float64 tensors (gloo, also on GPU machines): a fixed-size header whose first
+`Shutdown`. A failed send or receive raises LinkError. Every message is encoded as CPU int64/float64 tensors (gloo, also on GPU machines): a fixed-size header whose first
 entry is the message kind, then payload tensors whose sizes the header gives. Nothing is pickled.
 """
 
@@ -18,6 +18,7 @@ from typing import Protocol, Union
 import torch
 import torch.distributed as dist
 
+from swiftspec.errors import link_errors
 from swiftspec.sampling import SamplingParams
 
 HEADER = 8
@@ -161,28 +162,36 @@ class DistTransport:
         sends are completed first, so messages never overtake each other."""
         self.flush()
         self._buffers = encode(msg)
-        self._sending = [dist.isend(t, dst=self.peer) for t in self._buffers]
+        with link_errors():
+            self._sending = [dist.isend(t, dst=self.peer) for t in self._buffers]
 
     def flush(self) -> None:
-        for work in self._sending:
-            work.wait()
+        with link_errors():
+            for work in self._sending:
+                work.wait()
         self._sending, self._buffers = [], []
 
     def ready(self) -> bool:
+        """True once the next message's header has begun to arrive (recv() then waits for all of it).
+        gloo's Work.is_completed() stays False until wait(), so the header buffer is read instead:
+        it is zeroed before the receive is posted, and every message kind is nonzero."""
         if self._posted is None:
-            self._posted = dist.irecv(self._head, src=self.peer)
-        return self._posted.is_completed()
+            self._head.zero_()
+            with link_errors():
+                self._posted = dist.irecv(self._head, src=self.peer)
+        return self._posted.is_completed() or bool(self._head[0] != 0)
 
     def recv(self) -> Message:
-        if self._posted is None:
-            dist.recv(self._head, src=self.peer)
-        else:
-            self._posted.wait()
-            self._posted = None
-        head = self._head.clone()
-        payload = [torch.empty(s, dtype=d) for s, d in payload_shapes(head)]
-        for t in payload:
-            dist.recv(t, src=self.peer)
+        with link_errors():
+            if self._posted is None:
+                dist.recv(self._head, src=self.peer)
+            else:
+                self._posted.wait()
+                self._posted = None
+            head = self._head.clone()
+            payload = [torch.empty(s, dtype=d) for s, d in payload_shapes(head)]
+            for t in payload:
+                dist.recv(t, src=self.peer)
         return decode(head, payload)
 
 
@@ -194,18 +203,20 @@ class GroupBroadcast:
         self.leader = leader
 
     def send(self, msg: Message) -> None:
-        for t in encode(msg):
-            dist.broadcast(t, src=self.leader, group=self.group)
+        with link_errors():
+            for t in encode(msg):
+                dist.broadcast(t, src=self.leader, group=self.group)
 
     def ready(self) -> bool:
         return False  # followers must mirror the leader step for step, never skip ahead
 
     def recv(self) -> Message:
         head = torch.empty(HEADER, dtype=torch.long)
-        dist.broadcast(head, src=self.leader, group=self.group)
-        payload = [torch.empty(s, dtype=d) for s, d in payload_shapes(head)]
-        for t in payload:
-            dist.broadcast(t, src=self.leader, group=self.group)
+        with link_errors():
+            dist.broadcast(head, src=self.leader, group=self.group)
+            payload = [torch.empty(s, dtype=d) for s, d in payload_shapes(head)]
+            for t in payload:
+                dist.broadcast(t, src=self.leader, group=self.group)
         return decode(head, payload)
 
 

@@ -96,6 +96,8 @@ class RoundCosts:
 class SerialEngine:
     """Each round: d draft expansions, one target forward over the best bs-node subtree, re-root."""
 
+    fault: str | None = None  # runs in this process alone: nothing to lose
+
     def __init__(self, target, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
         self.cfg = cfg
         self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
@@ -225,10 +227,12 @@ class SerialEngine:
         target.count(emitted, nodes)
 
     def _adapts(self, params: SamplingParams) -> bool:
-        """Adaptive rounds shape the tree by measured times, and a sampled tree's shape decides which
-        random draws verification makes: a seeded sampled request keeps fixed rounds, so the same
-        seed gives the same output.  Greedy output never depends on the tree."""
-        return bool(self.cfg.adaptive) and (params.greedy or params.seed is None)
+        """Adaptive rounds shape the tree by measured times: a seeded sampled request keeps fixed
+        rounds (SamplingParams.reproducible).  Greedy output never depends on the tree."""
+        return bool(self.cfg.adaptive) and not params.reproducible
+
+    def recover(self) -> bool:
+        return False  # one process: no worker to lose
 
     def close(self) -> None:
         self.target = self.drafter = None

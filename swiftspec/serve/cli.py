@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swiftspec.errors import UserError
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.serve.engine_args import add_engine_arguments, engine_config_from_args
 
 
@@ -149,12 +149,16 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: user errors become one line on stderr and exit code 2, never a traceback."""
+    """Entry point: user errors and worker faults become one line on stderr and exit code 2 or 3,
+    never a traceback."""
     try:
         return run(argv)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except EngineFault as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

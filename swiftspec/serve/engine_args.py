@@ -64,6 +64,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--draft-cores", type=int, default=None, help="async on CPU: draft threads (0 = half)")
     parser.add_argument("--trace", default="", help="write each request's timeline to this file (Chrome "
                         "trace-event JSON: Perfetto, chrome://tracing, `swiftspec trace FILE --png OUT`)")
+    parser.add_argument("--worker-timeout", type=float, default=0.0,
+                        help="async: seconds a decode round may take before a worker counts as hung "
+                             "(0 = a few seconds past the profiled round; a request's first round gets more, "
+                             "by prompt length)")
     for f in dataclasses.fields(TreeConfig):
         parser.add_argument(_flag(f.name), type=int, default=None, help=f"{_TREE_HELP[f.name]} (default {f.default})")
 
@@ -123,4 +127,5 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         draft_cores=_value(args, "draft_cores", defaults.draft_cores),
         trace=args.trace,
         auto=auto,
+        worker_timeout=args.worker_timeout,
     )

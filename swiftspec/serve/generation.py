@@ -14,7 +14,7 @@ from typing import AsyncIterator
 from starlette.requests import Request
 
 from swiftspec.config import ServerConfig
-from swiftspec.errors import UserError
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime.base import Engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve import openai_protocol as proto
@@ -54,11 +54,19 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Service:
-    """What the endpoints share: the engine (read-only here), the limits and the queue."""
+    """What the endpoints share: the limits, the queue and its engine (read-only here)."""
 
-    engine: Engine
     config: ServerConfig
     scheduler: Scheduler
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, once the scheduler has built it (until then every request gets a 503)."""
+        engine = self.scheduler.engine
+        if engine is None:
+            raise APIError(503, "the server is starting: its engine is loading; retry shortly", code="starting",
+                           type="server_error")
+        return engine
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.config.served_model_name:
@@ -140,7 +148,8 @@ class Service:
         return proto.full_response(plan.head, text, outcome.finish_reason, used)
 
     async def stream(self, plan: Plan, job: Job) -> AsyncIterator[str]:
-        """SSE events for a queued job, ending with [DONE]; an error after the headers becomes an event.
+        """SSE events for a queued job, ending with [DONE]; an error after the headers becomes an event
+        (an OpenAI error body), and the stream still ends cleanly.
         The caller cancels the job when the response ends (JobStream), whether or not this was started."""
         outcome = Outcome()
         try:
@@ -153,6 +162,8 @@ class Service:
                 yield _sse(proto.usage_chunk(plan.head, proto.usage(len(plan.prompt), outcome.completion_tokens)))
         except UserError as exc:
             yield _sse(APIError(400, str(exc)).body())
+        except EngineFault as exc:
+            yield _sse(proto.fault_error(exc).body())
         except Exception:  # noqa: BLE001 - the headers are sent; report in-band (the worker logged it)
             yield _sse(APIError(500, "the engine failed on this request", type="server_error").body())
         yield "data: [DONE]\n\n"

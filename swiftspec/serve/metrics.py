@@ -7,6 +7,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.serve.scheduler import Job, JobEnd
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -33,6 +34,11 @@ class ServerMetrics:
         self.draft = Counter("swiftspec_draft_seconds", "Time in draft forwards", registry=reg)
         self.verify = Counter("swiftspec_verify_seconds", "Time in target forwards and verification", registry=reg)
         self.queue = Gauge("swiftspec_queue_depth", "Requests waiting for the engine", registry=reg)
+        self.restarts = Counter("swiftspec_worker_restarts", "Restarts of the engine's workers after a fault",
+                                registry=reg)
+        self.failed = Counter("swiftspec_failed_requests", "Requests the engine failed, by cause: "
+                              "fault (a worker died or hung), invalid (bad input), error (anything else)",
+                              ("cause",), registry=reg)
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Read the queue depth gauge from `depth()` at every scrape."""
@@ -40,6 +46,8 @@ class ServerMetrics:
 
     def observe(self, job: Job, end: JobEnd) -> None:
         """Record one finished generation (called on the engine worker thread)."""
+        if end.error is not None:
+            self.failed.labels(_cause(end.error)).inc()
         self.tokens.labels("prompt").inc(len(job.prompt))
         self.tokens.labels("completion").inc(end.new_tokens)
         if end.ttft_s is not None:
@@ -53,6 +61,12 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _cause(error: Exception) -> str:
+    if isinstance(error, EngineFault):
+        return "fault"
+    return "invalid" if isinstance(error, UserError) else "error"
 
 
 class RequestCounter:

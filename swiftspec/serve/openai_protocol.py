@@ -29,6 +29,11 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def fault_error(exc: Exception) -> APIError:
+    """A request the engine lost to a worker fault (or to shutdown): 503, worth retrying."""
+    return APIError(503, f"the engine failed on this request: {exc}", code="engine_fault", type="server_error")
+
+
 def validation_error(exc: ValidationError) -> APIError:
     """The first pydantic error as a 400, naming the offending top-level field as `param`."""
     first = exc.errors(include_url=False)[0]

@@ -3,6 +3,9 @@
 The engine decodes one stream at a time and is not thread-safe, so every request becomes a Job
 that waits in a bounded FIFO; the worker runs jobs in arrival order and hands each round's
 tokens back to the request's event loop. Setting a job's `stop` event ends it within one round.
+The worker thread also builds the engine (the server answers meanwhile, `health` STARTING) and keeps
+it healthy: after a worker fault (EngineFault) it restarts the engine before the next job, so
+waiting jobs are served by fresh workers.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from swiftspec.errors import UserError
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
+IDLE_CHECK_S = 1.0  # an idle worker thread asks the engine this often whether a worker failed
+STARTING, OK, DEGRADED = "starting", "ok", "degraded"  # Scheduler.health
 
 
 class QueueFull(Exception):
@@ -71,18 +76,32 @@ class Job:
             self.stop.set()
 
 
-class Scheduler:
-    """Bounded FIFO + one worker thread. `on_end(job, end)` runs on the worker after every job."""
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Called on the worker thread: after every job, after every restart of the engine, and once if
+    the engine cannot be built (the thread then ends)."""
 
-    def __init__(self, engine: Engine, max_queue: int, on_end: Callable[[Job, JobEnd], None]) -> None:
-        self._engine = engine
+    on_end: Callable[[Job, JobEnd], None]
+    on_restart: Callable[[], None]
+    on_start_error: Callable[[Exception], None]
+
+
+class Scheduler:
+    """Bounded FIFO + one worker thread that builds the engine with `load()`, runs the jobs, and
+    restarts the engine after a fault."""
+
+    def __init__(self, load: Callable[[], Engine], max_queue: int, hooks: Hooks) -> None:
+        self._load = load
+        self.engine: Engine | None = None  # set once built
         self._max_queue = max_queue
-        self._on_end = on_end
+        self._hooks = hooks
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
         self._running: Job | None = None
         self._thread = threading.Thread(target=self._work, name="swiftspec-engine", daemon=True)
+        self.health = STARTING  # until the engine is built; then OK, or DEGRADED from a fault until it recovers
+        self._restart_failed = False
 
     @property
     def waiting(self) -> int:
@@ -92,15 +111,16 @@ class Scheduler:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the running job within a round, drop the waiting ones, and join the worker."""
+        """Stop the running job within a round, fail the waiting ones, and join the worker (unless it
+        is still building the engine: the process is ending, and the workers end with it)."""
         with self._cond:
             self._closed = True
-            self._waiting.clear()
             if self._running is not None:
                 self._running.stop.set()
             self._cond.notify_all()
-        if self._thread.is_alive():
+        if self.engine is not None and self._thread.is_alive():
             self._thread.join()
+        self._fail_waiting(EngineFault("the server is shutting down"))
 
     def submit(self, request_id: str, prompt: list[int], params: SamplingParams, max_new_tokens: int) -> Job:
         """Queue a job at the back of the FIFO; raises QueueFull when max_queue jobs already wait."""
@@ -122,22 +142,61 @@ class Scheduler:
                 log.debug("cancelled %s while waiting", job.request_id)
 
     def _next(self) -> Job | None:
+        """The next job, once the engine is fit to run it (None once closed). Idle, the engine is
+        checked every IDLE_CHECK_S, so that a worker lost between requests is replaced at once;
+        after a failed restart, only a waiting job makes it try again."""
+        while True:
+            with self._cond:
+                self._running = None
+                if not self._waiting and not self._closed:
+                    self._cond.wait(IDLE_CHECK_S)
+                if self._closed:
+                    return None
+                if self._waiting and self.health == OK and self.engine.fault is None:
+                    self._running = self._waiting.popleft()
+                    return self._running
+                retry = bool(self._waiting) or not self._restart_failed
+            if retry:
+                self._recover()
+
+    def _recover(self) -> None:
+        """Restart the engine after a fault; if that fails, every waiting job gets the error."""
+        if self.engine.fault is not None:
+            self.health = DEGRADED
+        try:
+            restarted = self.engine.recover()
+        except Exception as exc:  # noqa: BLE001 - the worker thread must outlive a failed restart
+            self.health, self._restart_failed = DEGRADED, True
+            log.error("the engine could not recover: %s", exc)
+            self._fail_waiting(exc)
+            return
+        if restarted:
+            self._hooks.on_restart()
+        self.health, self._restart_failed = OK, False
+
+    def _fail_waiting(self, error: Exception) -> None:
         with self._cond:
-            self._running = None
-            while not self._waiting and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            self._running = self._waiting.popleft()
-            return self._running
+            failed, self._waiting = list(self._waiting), collections.deque()
+        for job in failed:
+            end = JobEnd(error, GenerationStats(), 0, None, 0.0)
+            job.deliver(end)
+            self._hooks.on_end(job, end)
 
     def _work(self) -> None:
+        try:
+            self.engine = self._load()
+        except Exception as exc:  # noqa: BLE001 - reported through the hook: the server stops
+            self.health = DEGRADED
+            log.error("the engine did not start: %s", exc)
+            self._hooks.on_start_error(exc)
+            return
+        self._recover()
         while (job := self._next()) is not None:
             if job.stop.is_set():  # cancelled between its stop flag and its removal from the queue
                 continue
             end = self._run(job)
             job.deliver(end)
-            self._on_end(job, end)
+            self._hooks.on_end(job, end)
 
     def _run(self, job: Job) -> JobEnd:
         """Drive the engine for one job; any engine error is handed to the request, not raised."""
@@ -145,17 +204,20 @@ class Scheduler:
         error: Exception | None = None
         count, first, last = 0, None, 0.0
         try:
-            for ids in self._engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set):
+            for ids in self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set):
                 last = time.perf_counter()
                 first = last if first is None else first
                 count += len(ids)
                 job.deliver(list(ids))
-        except UserError as exc:
+        except (UserError, EngineFault) as exc:  # one line says it all
             error = exc
+            if isinstance(exc, EngineFault):
+                self.health = DEGRADED
+                log.error("request %s failed: %s", job.request_id, exc)
         except Exception as exc:  # noqa: BLE001 - the worker must outlive any one request
             log.exception("request %s failed in the engine", job.request_id)
             error = exc
-        stats = self._engine.stats  # only this job's when it ran without error; copied before the next
+        stats = self.engine.stats  # only this job's when it ran without error; copied before the next
         stats = GenerationStats() if error else dataclasses.replace(stats, accept_lengths=list(stats.accept_lengths))
         ttft = None if first is None else first - job.arrived
         return JobEnd(error, stats, count, ttft, 0.0 if first is None else last - first)

@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP server: app wiring, auth, body limits, error mapping and `swiftspec serve`.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both may stream SSE), GET /v1/models,
-GET /health (never needs a key) and GET /metrics (Prometheus). Every error is an OpenAI error body.
+GET /health (never needs a key; 200 only when "ok") and GET /metrics (Prometheus). Every error is
+an OpenAI error body; a failed engine worker answers 503, and the server restarts the workers.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import ipaddress
 import json
 import logging
 import os
+import signal
+import contextlib
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, TypeVar
+from typing import AsyncIterator, Callable, TypeVar
 
 import uvicorn
 from fastapi import Depends, FastAPI
@@ -27,14 +30,20 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
-from swiftspec.errors import UserError
+from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine
 from swiftspec.serve.engine_args import engine_config_from_args
 from swiftspec.serve.generation import Plan, Service
 from swiftspec.serve.metrics import RequestCounter, ServerMetrics
-from swiftspec.serve.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, validation_error
-from swiftspec.serve.scheduler import Job, Scheduler
+from swiftspec.serve.openai_protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    fault_error,
+    validation_error,
+)
+from swiftspec.serve.scheduler import OK, Hooks, Job, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +51,14 @@ ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
-def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
-    """An app serving `engine`; its worker thread starts and stops with the app's lifespan."""
+def create_app(load: Callable[[], Engine], config: ServerConfig,
+               on_start_error: Callable[[Exception], None]) -> FastAPI:
+    """An app serving the engine that `load()` builds on the worker thread, which starts and stops
+    with the app's lifespan; until the engine is built, /health says "starting" and requests get 503.
+    on_start_error(exc) is called (on that thread) if load() fails."""
     metrics = ServerMetrics()
-    scheduler = Scheduler(engine, config.max_queue, on_end=metrics.observe)
+    hooks = Hooks(on_end=metrics.observe, on_restart=metrics.restarts.inc, on_start_error=on_start_error)
+    scheduler = Scheduler(load, config.max_queue, hooks)
     metrics.watch_queue(lambda: scheduler.waiting)
 
     @asynccontextmanager
@@ -55,11 +68,12 @@ def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
         scheduler.close()
 
     app = FastAPI(title="SwiftSpec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.service = Service(engine=engine, config=config, scheduler=scheduler)
+    app.state.service = Service(config=config, scheduler=scheduler)
     app.state.metrics = metrics
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(EngineFault, _engine_fault)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     app.add_api_route("/health", _health, methods=["GET"])
@@ -87,8 +101,10 @@ class JobStream(StreamingResponse):
             self._scheduler.cancel(self._job)
 
 
-async def _health() -> dict:
-    return {"status": "ok"}
+async def _health(request: Request) -> JSONResponse:
+    """starting | ok | degraded (a worker failed; restarting): 200 only for ok, so a supervisor can act."""
+    status = request.app.state.service.scheduler.health
+    return JSONResponse({"status": status}, status_code=200 if status == OK else 503)
 
 
 async def _models(request: Request) -> dict:
@@ -162,12 +178,16 @@ async def _require_key(request: Request) -> None:
 
 
 async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-    headers = {"Retry-After": "1"} if exc.status == 429 else None
+    headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _user_error(request: Request, exc: UserError) -> JSONResponse:
     return await _api_error(request, APIError(400, str(exc) or type(exc).__name__))
+
+
+async def _engine_fault(request: Request, exc: EngineFault) -> JSONResponse:
+    return await _api_error(request, fault_error(exc))
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -212,17 +232,39 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`swiftspec serve`: build the engine from the engine flags and serve it until interrupted."""
+    """`swiftspec serve`: listen at once (/health: starting), build the engine from the engine flags
+    meanwhile, and serve it until interrupted. An engine that cannot be built stops the server, and
+    its error is raised."""
     config = server_config_from_args(args)
+    engine_config = engine_config_from_args(args)
     if not config.api_key and not _is_loopback(config.host):
         log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)
-    engine = build_engine(engine_config_from_args(args))
+    signal.signal(signal.SIGTERM, _terminated)
+    failed: list[Exception] = []
+
+    def start_failed(exc: Exception) -> None:
+        failed.append(exc)
+        server.should_exit = True
+
+    app = create_app(lambda: build_engine(engine_config), config, start_failed)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, timeout_graceful_shutdown=5,
+                                           log_level="info"))
     try:
-        uvicorn.run(create_app(engine, config), host=config.host, port=config.port,
-                    timeout_graceful_shutdown=5, log_level="info")
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises Ctrl-C again once it has shut down
+            server.run()
     finally:
-        engine.close()
+        engine = app.state.service.scheduler.engine
+        if engine is not None:
+            engine.close()
+    if failed:
+        raise failed[0]
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM: uvicorn drains the requests, then raises the signal again; exit cleanly then, after
+    the engine has stopped its workers, instead of dying by the signal's default action."""
+    raise SystemExit(0)
 
 
 def _is_loopback(host: str) -> bool:

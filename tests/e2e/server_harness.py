@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import torch
 import uvicorn
 
-from swiftspec.config import EngineConfig, LoadConfig, ServerConfig
+from swiftspec.config import EngineConfig, LoadConfig, ServerConfig, TreeConfig
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
@@ -40,12 +40,26 @@ def tiny_engine(model_dir: Path, max_seq_len: int = 256) -> Iterator[Engine]:
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def tiny_async_engine(model_dir: Path, draft_dir: Path, max_seq_len: int = 4096, depth: int = 2,
+                      **settings: object) -> Iterator[Engine]:
+    """The async engine over the tiny pair (conftest's tiny_qwen_dir, tiny_draft_dir), float32 on CPU;
+    settings go to EngineConfig (target_tp, worker_timeout)."""
+    load = LoadConfig(device="cpu", dtype="float32", max_seq_len=max_seq_len)
+    engine = build_engine(EngineConfig(mode="async", target=str(model_dir), draft=str(draft_dir), target_load=load,
+                                       draft_load=load, tree=TreeConfig(depth=depth), **settings))
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
 class LiveServer:
     """`with LiveServer(engine, **server_settings) as srv:` serves on srv.url until the block ends."""
 
     def __init__(self, engine: Engine, **settings: object) -> None:
         config = ServerConfig(port=0, served_model_name=MODEL, **settings)
-        self.app = create_app(engine, config)
+        self.app = create_app(lambda: engine, config, on_start_error=self._start_failed)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning",
                                                      timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._server.run, name="test-uvicorn", daemon=True)
@@ -60,7 +74,15 @@ class LiveServer:
             time.sleep(0.01)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+        while self.app.state.service.scheduler.health != "ok":  # the worker thread has taken the engine
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test server's engine did not start")
+            time.sleep(0.01)
         return self
+
+    @staticmethod
+    def _start_failed(exc: Exception) -> None:
+        raise AssertionError("the engine of a test server cannot fail to start") from exc
 
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
@@ -70,6 +92,8 @@ class LiveServer:
 
 class ScriptedEngine:
     """Yields the same scripted rounds of token ids for any prompt, `round_s` seconds apart."""
+
+    fault: str | None = None
 
     def __init__(self, tokenizer: Tokenizer, rounds: list[list[int]], round_s: float = 0.0,
                  max_seq_len: int = 256) -> None:
@@ -92,6 +116,9 @@ class ScriptedEngine:
             yield out
             if left <= 0 or (should_stop is not None and should_stop()):
                 return
+
+    def recover(self) -> bool:
+        return False
 
     def close(self) -> None:
         self.rounds = []

@@ -1,4 +1,5 @@
-"""`swiftspec serve` end to end: flags, the engine it builds, the key, and a clean exit on Ctrl-C."""
+"""`swiftspec serve` end to end: flags, the engine it builds, the key, a clean exit on Ctrl-C, and no
+worker left behind when an async server is terminated or killed."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from swiftspec.config import ConfigError
@@ -39,7 +43,7 @@ def test_swiftspec_serve_subprocess(tiny_qwen_dir: Path) -> None:
                 url = m.group(1)
                 break
         assert url, "the server did not start"
-        assert httpx.get(url + "/health").status_code == 200
+        assert _health_until_ok(url)[-1] == "ok"
         assert httpx.get(url + "/v1/models").status_code == 401
         auth = {"Authorization": "Bearer k"}
         body = {"model": tiny_qwen_dir.name, "prompt": "def add(a, b):", "max_tokens": 3, "temperature": 0}
@@ -50,3 +54,48 @@ def test_swiftspec_serve_subprocess(tiny_qwen_dir: Path) -> None:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=30)
     assert rc == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_async_serve_leaves_no_orphan(tiny_qwen_dir: Path, tiny_draft_dir: Path, sig: signal.Signals) -> None:
+    cmd = [sys.executable, "-m", "swiftspec.serve.cli", "serve", "--mode", "async", "--model", str(tiny_qwen_dir),
+           "--draft-model", str(tiny_draft_dir), "--device", "cpu", "--dtype", "float32", "--max-seq-len", "256",
+           "--depth", "2", "--port", "0"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _served_url(proc)
+        assert _health_until_ok(url) == ["starting", "ok"]  # it listens while the engine loads
+        workers = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(workers) >= 2, "the draft worker and multiprocessing's resource tracker"
+        body = {"model": tiny_qwen_dir.name, "prompt": "def add(a, b):", "max_tokens": 3, "temperature": 0}
+        assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert rc == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+
+
+def _served_url(proc: subprocess.Popen) -> str:
+    for line in proc.stderr:  # uvicorn logs the address it bound once it is ready
+        if m := re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line):
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            return m.group(1)
+    raise AssertionError("the server did not start")
+
+
+def _health_until_ok(url: str, timeout: float = 120.0) -> list[str]:
+    """The /health statuses seen, in order, until "ok" (200; any other status answers 503)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not seen or seen[-1] != "ok":
+        assert time.monotonic() < deadline, seen
+        r = httpx.get(url + "/health", timeout=10)
+        status = r.json()["status"]
+        assert r.status_code == (200 if status == "ok" else 503), r.text
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        time.sleep(0.05)
+    return seen
