@@ -1,0 +1,116 @@
+// AVX-512 VNNI kernel of the K-quant linear (numerics and layouts in kquant.h).
+//
+// Per tile (16 channels) and super-block, each 64-byte nibble vector (plus, for 6-bit weights,
+// its 2 high bits from qh) is unpacked once into two u8 operands and fed to vpdpbusd for every row
+// of the pass.  A sub-block's int32 dot products are scaled by its integer scale (vpmulld); the
+// mins term uses vpdpwssd on (mm pair, xsum pair).  All integer sums are exact.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "avx512_util.h"
+#include "kquant.h"
+
+namespace swiftspec {
+namespace {
+
+constexpr int kPass = 8;  // rows per pass: accumulators of 8 rows and the weights fit 32 zmm
+
+inline __m512i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The two u8 operands (k = 8s + i and k = 8s + 4 + i) of global step s.
+template <int Bits>
+inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, __m512i& lo, __m512i& hi) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), b45 = _mm512_set1_epi8(0x30);
+  const __m512i v = _mm512_loadu_si512(q + s * 64);
+  lo = _mm512_and_si512(v, low4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  if constexpr (Bits == 6) {
+    const __m512i h = _mm512_loadu_si512(qh + (s / 2) * 64);
+    const __m512i hl = s % 2 ? h : _mm512_slli_epi16(h, 4);
+    const __m512i hh = s % 2 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2);
+    lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b45));
+    hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b45));
+  }
+}
+
+// Rows [r0, r0 + R) of tile t.
+template <int Bits, int R>
+void ktile(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0) {
+  constexpr int kSubSteps = Bits == 4 ? 4 : 2;  // 8-k steps per sub-block
+  constexpr int kSubs = 32 / kSubSteps;          // sub-blocks per super-block
+  const int64_t K = a.K, nsb = K / kSuperK, nsub = nsb * kSubs;
+  const uint8_t* qt = w.q + t * K * 8;
+  const uint8_t* ht = Bits == 6 ? w.qh + t * K * 4 : nullptr;
+  const int8_t* sct = w.sc + t * nsub * kTileN;
+  const int8_t* mmt = w.mm + t * nsub * kTileN;
+  const uint16_t* dt = w.d + t * nsb * kTileN;
+  const uint16_t* dmt = w.dm + t * nsb * kTileN;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nsb; ++b) {
+    __m512i isum[R], msum[R];
+    for (int r = 0; r < R; ++r) isum[r] = msum[r] = _mm512_setzero_si512();
+    for (int j = 0; j < kSubs; ++j) {
+      const int64_t sub = b * kSubs + j;
+      __m512i p[R];
+      for (int r = 0; r < R; ++r) p[r] = _mm512_setzero_si512();
+      for (int s = 0; s < kSubSteps; ++s) {
+        const int64_t gs = sub * kSubSteps + s;
+        __m512i lo, hi;
+        unpack<Bits>(qt, ht, gs, lo, hi);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.xq + (r0 + r) * K + gs * 8;
+          p[r] = _mm512_dpbusd_epi32(p[r], lo, bcast4(x));
+          p[r] = _mm512_dpbusd_epi32(p[r], hi, bcast4(x + 4));
+        }
+      }
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + sub * kTileN)));
+      for (int r = 0; r < R; ++r) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(p[r], sc));
+    }
+    for (int j = 0; j < kSubs; j += 2) {
+      const int64_t sub = b * kSubs + j;
+      const __m512i mm = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(mmt + sub * kTileN)));
+      for (int r = 0; r < R; ++r) msum[r] = _mm512_dpwssd_epi32(msum[r], mm, bcast4(a.xsum + (r0 + r) * nsub + sub));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dt + b * kTileN)));
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dmt + b * kTileN)));
+    for (int r = 0; r < R; ++r) {
+      const __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), d, _mm512_mul_ps(_mm512_cvtepi32_ps(msum[r]), dm));
+      acc[r] = _mm512_fmadd_ps(y, _mm512_set1_ps(a.xs[(r0 + r) * nsb + b]), acc[r]);
+    }
+  }
+  const int64_t n0 = t * kTileN;
+  const __mmask16 m = tail16(o.N - n0);
+  const __m512 bias = o.bias ? _mm512_maskz_loadu_ps(m, o.bias + n0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) store16(o.out, o.bf16, (r0 + r) * o.ldo + n0, _mm512_add_ps(acc[r], bias), m);
+}
+
+using TileFn = void (*)(const KAct&, const KWeight&, const OutSpec&, int64_t, int64_t);
+
+template <int Bits, int... Rs>
+struct Table {
+  static constexpr TileFn fns[] = {ktile<Bits, Rs>...};
+};
+using Q4 = Table<4, 1, 2, 3, 4, 5, 6, 7, 8>;
+using Q6 = Table<6, 1, 2, 3, 4, 5, 6, 7, 8>;
+
+}  // namespace
+
+// Rows go in passes of up to 8 inside each tile: the tile stays in L1/L2 between passes.
+void ktiles_avx512(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
+  const TileFn* fns = w.bits == 4 ? Q4::fns : Q6::fns;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t r0 = 0; r0 < o.M; r0 += kPass) {
+      const int64_t rows = o.M - r0 < kPass ? o.M - r0 : kPass;
+      fns[rows - 1](a, w, o, t, r0);
+    }
+  }
+}
+
+}  // namespace swiftspec
