@@ -6,6 +6,7 @@
 //   32-k sub-block (4 steps x 2 operands, <= 30,480), widened once per sub-block.
 // - 6-bit q (0..63): a pair sums to at most 2 * 63 * 127 = 16,002; a lane takes one step's two
 //   operands (<= 32,004), widened every step.
+// The widening vpmaddwd multiplies by the sub-block scale (|sc| <= 128: |products| < 2^23).
 // One 64-byte weight vector (16 channels x 4 bytes) is two ymm halves of 8 channels; a pass of
 // 2 rows unpacks each vector once for both rows.
 #pragma GCC target("avx2,fma,f16c")
@@ -45,15 +46,19 @@ inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m25
   }
 }
 
-// isum[r] += sc * sum_{k in sub-block} q xq for rows [r0, r0 + R) (both halves).
+// isum[r] += sc * sum_{k in sub-block} q xq for rows [r0, r0 + R) (both halves).  The 16-bit
+// sums are widened by vpmaddwd against (sc, sc) pairs, which applies the scale in the same step.
 template <int Bits, int R>
 inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const int8_t* sc, int64_t sub,
                       int64_t r0, __m256i (&isum)[R][H]) {
   constexpr int kSubSteps = Bits == 4 ? 4 : 2;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i p[R][H], p16[R][H];
+  __m256i sc16[H], p16[R][H];
+  for (int hh = 0; hh < H; ++hh) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(sc + sub * kTileN + 8 * hh)));
+    sc16[hh] = _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);  // sc in both 16-bit halves
+  }
   for (int r = 0; r < R; ++r)
-    for (int hh = 0; hh < H; ++hh) p[r][hh] = p16[r][hh] = _mm256_setzero_si256();
+    for (int hh = 0; hh < H; ++hh) p16[r][hh] = _mm256_setzero_si256();
   for (int s = 0; s < kSubSteps; ++s) {
     const int64_t gs = sub * kSubSteps + s;
     __m256i lo[H], hi[H];
@@ -69,18 +74,37 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
     if (Bits == 6 || s == kSubSteps - 1) {
       for (int r = 0; r < R; ++r)
         for (int hh = 0; hh < H; ++hh) {
-          p[r][hh] = _mm256_add_epi32(p[r][hh], _mm256_madd_epi16(p16[r][hh], ones));
+          isum[r][hh] = _mm256_add_epi32(isum[r][hh], _mm256_madd_epi16(p16[r][hh], sc16[hh]));
           p16[r][hh] = _mm256_setzero_si256();
         }
     }
   }
+}
+
+// Adds xs * fma(isum, d, msum * dm) of super-block b to acc (rows [r0, r0 + R), both halves).
+template <int Subs, int R>
+inline void finish_block(const KAct& a, const KWeight& w, const int8_t* mmt, int64_t t, int64_t b, int64_t r0,
+                         const __m256i (&isum)[R][H], float (&acc)[R][kTileN]) {
+  const int64_t nsb = a.K / kSuperK, nsub = nsb * Subs;
   for (int hh = 0; hh < H; ++hh) {
-    const __m256i s8 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(sc + sub * kTileN + 8 * hh)));
-    for (int r = 0; r < R; ++r) isum[r][hh] = _mm256_add_epi32(isum[r][hh], _mm256_mullo_epi32(p[r][hh], s8));
+    const int64_t i = (t * nsb + b) * kTileN + 8 * hh;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.d + i)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.dm + i)));
+    for (int r = 0; r < R; ++r) {
+      const int16_t* xsum = a.xsum + (r0 + r) * nsub + b * Subs;
+      __m256i msum = _mm256_setzero_si256();
+      for (int j = 0; j < Subs; j += 2) {
+        const __m256i mm = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(mmt + (b * Subs + j) * kTileN + 16 * hh)));
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mm, bcast4(xsum + j)));
+      }
+      const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][hh]), d, _mm256_mul_ps(_mm256_cvtepi32_ps(msum), dm));
+      const __m256 xs = _mm256_set1_ps(a.xs[(r0 + r) * nsb + b]);
+      _mm256_store_ps(acc[r] + 8 * hh, _mm256_fmadd_ps(y, xs, _mm256_load_ps(acc[r] + 8 * hh)));
+    }
   }
 }
 
-// Rows [r0, r0 + R) of tile t.
+// Rows [r0, r0 + R) of tile t; the fp32 accumulators live in memory (touched once per super-block).
 template <int Bits, int R>
 void kpass(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0) {
   constexpr int kSubs = Bits == 4 ? 8 : 16;
@@ -89,39 +113,21 @@ void kpass(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t
   const uint8_t* ht = Bits == 6 ? w.qh + t * K * 4 : nullptr;
   const int8_t* sct = w.sc + t * nsub * kTileN;
   const int8_t* mmt = w.mm + t * nsub * kTileN;
-  __m256 acc[R][H];
-  for (int r = 0; r < R; ++r)
-    for (int hh = 0; hh < H; ++hh) acc[r][hh] = _mm256_setzero_ps();
+  alignas(32) float acc[R][kTileN] = {};
   for (int64_t b = 0; b < nsb; ++b) {
-    __m256i isum[R][H], msum[R][H];
+    __m256i isum[R][H];
     for (int r = 0; r < R; ++r)
-      for (int hh = 0; hh < H; ++hh) isum[r][hh] = msum[r][hh] = _mm256_setzero_si256();
+      for (int hh = 0; hh < H; ++hh) isum[r][hh] = _mm256_setzero_si256();
     for (int j = 0; j < kSubs; ++j) sub_block<Bits, R>(a, qt, ht, sct, b * kSubs + j, r0, isum);
-    for (int j = 0; j < kSubs; j += 2) {
-      const int64_t sub = b * kSubs + j;
-      for (int hh = 0; hh < H; ++hh) {
-        const __m256i mm = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(mmt + sub * kTileN + 16 * hh)));
-        for (int r = 0; r < R; ++r) {
-          msum[r][hh] = _mm256_add_epi32(msum[r][hh], _mm256_madd_epi16(mm, bcast4(a.xsum + (r0 + r) * nsub + sub)));
-        }
-      }
-    }
-    for (int hh = 0; hh < H; ++hh) {
-      const int64_t i = (t * nsb + b) * kTileN + 8 * hh;
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.d + i)));
-      const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.dm + i)));
-      for (int r = 0; r < R; ++r) {
-        const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][hh]), d,
-                                         _mm256_mul_ps(_mm256_cvtepi32_ps(msum[r][hh]), dm));
-        acc[r][hh] = _mm256_fmadd_ps(y, _mm256_set1_ps(a.xs[(r0 + r) * nsb + b]), acc[r][hh]);
-      }
-    }
+    finish_block<kSubs, R>(a, w, mmt, t, b, r0, isum, acc);
   }
   for (int hh = 0; hh < H; ++hh) {
     const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
     if (n <= 0) break;
     const __m256 bias = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
-    for (int r = 0; r < R; ++r) store8(o.out, o.bf16, (r0 + r) * o.ldo + n0, _mm256_add_ps(acc[r][hh], bias), n);
+    for (int r = 0; r < R; ++r) {
+      store8(o.out, o.bf16, (r0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), bias), n);
+    }
   }
 }
 
