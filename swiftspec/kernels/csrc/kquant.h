@@ -19,13 +19,17 @@ namespace swiftspec {
 
 constexpr int kSuperK = 256;  // k per super-block (and per activation quantization block)
 
-// Quantized activations, row-major: xq [M, K] int8, xs [M, K / 256], xsum [M, K / sub] int16.
+// Quantized activations.  xq goes in passes of `pass` rows (the kernel's pass size): pass p holds
+// rows [p pass, p pass + R), R = min(pass, M - p pass), as [K/4][R][4] int8, so a 4-byte k-group
+// of every row of the pass is one short stride apart.  xs [M, K / 256], xsum [M, K / sub] int16.
 struct KAct {
   const int8_t* xq;
   const float* xs;
   const int16_t* xsum;
   int64_t K;
 };
+constexpr int kPassAvx512 = 8;  // rows per pass of each path
+constexpr int kPassAvx2 = 2;
 
 // One packed weight, T = ceil(N / 16) tiles of 16 channels (layouts: swiftspec/kernels/quant.py).
 //   q   [T, K/8, 16, 4]  low 4 bits: byte i of a channel holds k = 8s + i (low nibble) and

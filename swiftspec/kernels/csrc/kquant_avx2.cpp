@@ -22,7 +22,7 @@ namespace swiftspec {
 namespace {
 
 constexpr int H = 2;      // ymm halves of a tile
-constexpr int kPass = 2;  // rows per pass
+constexpr int kPass = kPassAvx2;
 
 inline __m256i bcast4(const void* p) {
   int32_t v;
@@ -63,9 +63,9 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
     const int64_t gs = sub * kSubSteps + s;
     __m256i lo[H], hi[H];
     for (int hh = 0; hh < H; ++hh) unpack<Bits>(qt, ht, gs, hh, lo[hh], hi[hh]);
+    const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
     for (int r = 0; r < R; ++r) {
-      const int8_t* x = a.xq + (r0 + r) * a.K + gs * 8;
-      const __m256i x0 = bcast4(x), x1 = bcast4(x + 4);
+      const __m256i x0 = bcast4(x + 4 * r), x1 = bcast4(x + 4 * (R + r));
       for (int hh = 0; hh < H; ++hh) {
         p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(lo[hh], x0));
         p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(hi[hh], x1));

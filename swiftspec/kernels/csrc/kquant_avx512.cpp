@@ -15,7 +15,7 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kPass = 8;  // rows per pass: accumulators of 8 rows and the weights fit 32 zmm
+constexpr int kPass = kPassAvx512;  // the int32 sums of 8 rows and the weights fit 32 zmm
 
 inline __m512i bcast4(const void* p) {
   int32_t v;
@@ -66,11 +66,11 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
     __m512i lo, hi;
     unpack<Bits>(qt, ht, gs, lo, hi);
     prefetch<Bits, R>(qt, ht, gs);
+    const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
     for (int r = 0; r < R; ++r) {
-      const int8_t* x = a.xq + (r0 + r) * a.K + gs * 8;
       __m512i& acc2 = kSplit<R> ? p2[r] : p[r];
-      p[r] = _mm512_dpbusd_epi32(p[r], lo, bcast4(x));
-      acc2 = _mm512_dpbusd_epi32(acc2, hi, bcast4(x + 4));
+      p[r] = _mm512_dpbusd_epi32(p[r], lo, bcast4(x + 4 * r));
+      acc2 = _mm512_dpbusd_epi32(acc2, hi, bcast4(x + 4 * (R + r)));
     }
   }
   const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + sub * kTileN)));
