@@ -12,9 +12,10 @@ significant bits, times q at most 24), so ``dequantize`` returns the file's valu
 
 Packed layout (T = ceil(N / 16) tiles of 16 channels, padded channels zero; see csrc/kquant.h):
 ``qweight`` the low 4 bits of q, uint8 [T, K/8, 16, 4] as int4's nibbles; ``kblocks.qh`` the high
-2 bits (6-bit only), uint8 [T, K/16, 16, 4]; ``kblocks.sc`` int8 [T, K/sub, 16]; ``kblocks.mm``
-int8 [T, K/(2 sub), 16, 2]; ``scale`` (d) and ``mins`` (dm) fp16 [T, K/256, 16].  Bytes per
-weight: 4.625 (q4k), 6.625 (q6k).
+2 bits (6-bit only), uint8 [T, K/16, 16, 4]; ``kblocks.sc`` and ``kblocks.mm`` int8
+[T, K/(2 sub), 16, 2] (sub-block pairs side by side; a pure Q6_K weight shares one tensor for
+both); ``scale`` (d) and ``mins`` (dm) fp16 [T, K/256, 16].  Bytes per weight: 4.625 (q4k), 6.625
+(q6k; 7.125 for a fused one holding Q4_K rows).
 
 The kernel quantizes activations to int8 per 256 k (``quantize_act_ref(x, 256)``) and sums the
 integer products exactly; ``quant.quant_linear_a8_ref`` (group_size 256) is that math in torch.
@@ -39,12 +40,13 @@ class KBlocks:
     """The K-quant parts of a QuantWeight beyond qweight (low nibbles), scale (d), mins (dm)."""
 
     qh: torch.Tensor  # uint8 [T, K/16, 16, 4] (6-bit) or empty
-    sc: torch.Tensor  # int8 [T, K/sub, 16]
-    mm: torch.Tensor  # int8 [T, K/(2 sub), 16, 2]
+    sc: torch.Tensor  # int8 [T, K/(2 sub), 16, 2]
+    mm: torch.Tensor  # int8 [T, K/(2 sub), 16, 2]; pure Q6_K: sc itself
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.qh, self.sc, self.mm))
+        parts = (self.qh, self.sc) if self.mm is self.sc else (self.qh, self.sc, self.mm)
+        return sum(t.numel() * t.element_size() for t in parts)
 
 
 @dataclass
@@ -87,7 +89,8 @@ def decode_q6k(raw: np.ndarray, rows: int) -> Decoded:
     dm = d.astype(np.float32) * -32.0
     if not np.isfinite(dm.astype(np.float16)).all():
         raise ValueError("Q6_K block scale too large for the packed -32 d (fp16)")
-    return Decoded(6, q, sc.reshape(rows, -1), sc.reshape(rows, -1), d.reshape(rows, -1),
+    sc = sc.reshape(rows, -1)
+    return Decoded(6, q, sc, sc, d.reshape(rows, -1),
                    dm.astype(np.float16).reshape(rows, -1))
 
 
@@ -99,7 +102,7 @@ def widen(dec: Decoded) -> Decoded:
 
 
 def decode(raw: np.ndarray, qtype: str, rows: int) -> Decoded:
-    """qtype "Q4_K" | "Q6_K"."""
+    """qtype "Q4_K" | "Q6_K"; raw holds `rows` rows of blocks."""
     return decode_q4k(raw, rows) if qtype == "Q4_K" else decode_q6k(raw, rows)
 
 
@@ -123,9 +126,7 @@ def _pack_chunk(dec: Decoded) -> tuple[torch.Tensor, ...]:
         qh = qh.permute(0, 2, 1, 3)
     else:
         qh = torch.empty(0, dtype=torch.uint8)
-    nsub = sc.shape[1]
-    sc_t = sc.view(-1, TILE_N, nsub).permute(0, 2, 1)
-    mm_t = mm.view(-1, TILE_N, nsub // 2, 2).permute(0, 2, 1, 3)
+    sc_t, mm_t = (v.view(-1, TILE_N, v.shape[1] // 2, 2).permute(0, 2, 1, 3) for v in (sc, mm))
     d_t, dm_t = (v.view(-1, TILE_N, v.shape[1]).permute(0, 2, 1) for v in (d, dm))
     return nib, qh, sc_t, mm_t, d_t, dm_t
 
@@ -140,20 +141,35 @@ def pack(parts: list[Decoded], shape: tuple[int, int]) -> QuantWeight:
     cat = [torch.cat([p[i] for p in packed]).contiguous() if packed[0][i].numel() else packed[0][i]
            for i in range(6)]
     q, qh, sc, mm, d, dm = cat
+    if all(p.mm is p.sc for p in parts):
+        mm = sc
     fmt = "q4k" if bits == 4 else "q6k"
     return QuantWeight(fmt, shape, SUPER_K, q, d, dm, KBlocks(qh, sc, mm))
 
 
-def from_gguf(raw: np.ndarray, qtype: str, shape: tuple[int, int], bits: int | None = None) -> QuantWeight:
-    """A Q4_K / Q6_K tensor's raw bytes ([N, K] logical) -> QuantWeight, decoded in row chunks.
-    bits=6 writes a Q4_K tensor in the 6-bit layout."""
-    n, k = shape
-    rows = np.asarray(raw).reshape(n, -1)
-    parts = []
-    for r0 in range(0, n, CHUNK_ROWS):
-        dec = decode(rows[r0 : r0 + CHUNK_ROWS], qtype, min(CHUNK_ROWS, n - r0))
-        parts.append(widen(dec) if bits == 6 else dec)
-    return pack(parts, shape)
+@dataclass(frozen=True)
+class RawPart:
+    """Rows of a GGUF K-quant tensor: its raw bytes [rows, K/256 * block bytes] and type name."""
+
+    raw: np.ndarray
+    qtype: str  # "Q4_K" | "Q6_K"
+
+
+def from_gguf(parts: list[RawPart], k: int) -> QuantWeight:
+    """K-quant tensors stacked along N (a fused qkv / gate_up, or one tensor) -> QuantWeight of
+    shape (sum of rows, k).  All Q4_K: "q4k"; any Q6_K: "q6k" (the Q4_K parts widened).  Every
+    part but the last must have a multiple of 16 rows (tiles never straddle parts)."""
+    six = any(p.qtype == "Q6_K" for p in parts)
+    if any(len(p.raw) % TILE_N for p in parts[:-1]):
+        raise ValueError("from_gguf: fused parts must have multiples of 16 rows")
+    chunks = []
+    for part in parts:
+        rows = np.asarray(part.raw).reshape(len(part.raw), -1)
+        for r0 in range(0, len(rows), CHUNK_ROWS):
+            chunk = rows[r0 : r0 + CHUNK_ROWS]
+            dec = decode(chunk, part.qtype, len(chunk))
+            chunks.append(widen(dec) if six else dec)
+    return pack(chunks, (sum(len(p.raw) for p in parts), k))
 
 
 def dequantize_k(qw: QuantWeight) -> torch.Tensor:
@@ -167,8 +183,7 @@ def dequantize_k(qw: QuantWeight) -> torch.Tensor:
         hi = torch.stack([(h >> s) & 3 for s in (0, 2, 4, 6)], dim=3).permute(0, 2, 1, 3, 4)
         q = q | (hi.reshape(t * TILE_N, k) << 4)
     sub = 32 if qw.fmt == "q4k" else 16
-    sc = kb.sc.permute(0, 2, 1).reshape(t * TILE_N, -1).float().repeat_interleave(sub, 1)
-    mm = kb.mm.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float().repeat_interleave(sub, 1)
+    sc, mm = (v.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float().repeat_interleave(sub, 1) for v in (kb.sc, kb.mm))
     d, dm = (v.permute(0, 2, 1).reshape(t * TILE_N, -1).float().repeat_interleave(SUPER_K, 1)
              for v in (qw.scale, qw.mins))
     return ((d * sc) * q.float() + dm * mm)[:n]

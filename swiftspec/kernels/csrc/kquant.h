@@ -37,7 +37,8 @@ constexpr int kPassAvx2 = 2;
 //   qh  [T, K/16, 16, 4] 6-bit only: bits 4 and 5 of q; for step pair (2u, 2u + 1) the byte of
 //                        (channel, i) holds, 2 bits each from bit 0: k = 16u + i, 16u + 4 + i,
 //                        16u + 8 + i, 16u + 12 + i
-//   sc  [T, K/sub, 16] int8, mm [T, K/(2 sub), 16, 2] int8 (sub-block pairs side by side)
+//   sc, mm [T, K/(2 sub), 16, 2] int8: sub-blocks (2j, 2j + 1) of a channel side by side (one
+//                        vpmaddwd operand); a pure Q6_K weight has mm == sc (same memory)
 //   d, dm [T, K/256, 16] fp16
 struct KWeight {
   const uint8_t* q;

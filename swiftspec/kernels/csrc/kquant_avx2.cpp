@@ -53,9 +53,10 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
                       int64_t r0, __m256i (&isum)[R][H]) {
   constexpr int kSubSteps = Bits == 4 ? 4 : 2;
   __m256i sc16[H], p16[R][H];
-  for (int hh = 0; hh < H; ++hh) {
-    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(sc + sub * kTileN + 8 * hh)));
-    sc16[hh] = _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);  // sc in both 16-bit halves
+  for (int hh = 0; hh < H; ++hh) {  // the pair (sub & ~1, sub | 1) -> this sub-block's sc, twice
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(sc + (sub & ~1) * kTileN + 16 * hh)));
+    sc16[hh] = sub % 2 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(v, 0xF5), 0xF5)
+                       : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(v, 0xA0), 0xA0);
   }
   for (int r = 0; r < R; ++r)
     for (int hh = 0; hh < H; ++hh) p16[r][hh] = _mm256_setzero_si256();

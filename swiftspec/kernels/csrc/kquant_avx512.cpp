@@ -73,7 +73,9 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
       acc2 = _mm512_dpbusd_epi32(acc2, hi, bcast4(x + 4 * (R + r)));
     }
   }
-  const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + sub * kTileN)));
+  // The pair (sub & ~1, sub | 1) as int16 lanes; this sub-block's scale sign-extended to int32.
+  const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(sct + (sub & ~1) * kTileN)));
+  const __m512i sc = sub % 2 ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
   for (int r = 0; r < R; ++r) {
     if constexpr (kSplit<R>) p[r] = _mm512_add_epi32(p[r], p2[r]);
     isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(p[r], sc));
