@@ -37,6 +37,10 @@ class TreeConfig:
             raise ConfigError("tree budget must hold at least verify_size + width * topk nodes")
 
 
+# "gguf": a GGUF's Q4_K / Q6_K linears as stored (weights/gguf_native.py), the rest int8.
+WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadConfig:
     """How a model is placed in memory."""
@@ -44,12 +48,12 @@ class LoadConfig:
     device: str = "cpu"
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
     max_seq_len: int = 4096
-    weights: str = "bf16"  # weight format of the linear layers: "bf16" | "int8" | "int4"
+    weights: str = "bf16"  # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"
 
     def __post_init__(self) -> None:
         if self.dtype not in ("bfloat16", "float32", "float16"):
             raise ConfigError(f"unsupported dtype {self.dtype!r}")
-        if self.weights not in ("bf16", "int8", "int4"):
+        if self.weights not in WEIGHT_FORMATS:
             raise ConfigError(f"unsupported weight format {self.weights!r}")
         if self.max_seq_len < 16:
             raise ConfigError(f"max_seq_len must be >= 16, got {self.max_seq_len}")

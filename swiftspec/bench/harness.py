@@ -20,7 +20,7 @@ from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
 
 PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec")
-WEIGHT_FORMATS = ("bf16", "int8", "int4")
+WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class ModeSpec:
 def parse_modes(text: str) -> list[ModeSpec]:
     """Parse --modes: comma lists of modes, `;` between groups that are loaded one after another.
 
-    A suffix `@bf16|@int8|@int4` sets the weight format of one of our modes (`tree@int4`).
+    A suffix `@bf16|@int8|@int4|@gguf` sets the weight format of one of our modes (`tree@int4`).
     """
     specs: list[ModeSpec] = []
     groups = [g for g in text.split(";") if g.strip()]

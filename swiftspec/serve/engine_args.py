@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from swiftspec.config import MODES, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.config import MODES, WEIGHT_FORMATS, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
 
 _TREE_HELP = {
@@ -36,8 +36,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--draft-model", default=defaults.draft, help="draft: bundled name, .gguf file or HF dir")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
-    parser.add_argument("--weights", choices=("bf16", "int8", "int4"), default="bf16", help="target weight format")
-    parser.add_argument("--draft-weights", choices=("bf16", "int8", "int4"), default=None,
+    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default="bf16",
+                        help="target weight format (gguf: a GGUF's Q4_K/Q6_K linears as stored, the rest int8)")
+    parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: int8 for a bf16 target on CPU, else --weights)")
     parser.add_argument("--max-seq-len", type=int, default=LoadConfig().max_seq_len, help="KV cache length")
     parser.add_argument("--draft-vocab", type=int, default=defaults.draft_vocab,
