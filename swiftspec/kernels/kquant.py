@@ -112,8 +112,20 @@ def _pad_rows(a: np.ndarray, rows: int) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def _pack_chunk(dec: Decoded) -> tuple[torch.Tensor, ...]:
-    """Rows of one chunk (a multiple of 16, or the last) -> (q, qh, sc, mm, d, dm) tile-major."""
+@dataclass
+class Packed:
+    """One chunk's tiles in the packed layout (module docstring); qh is empty for 4 bits."""
+
+    q: torch.Tensor
+    qh: torch.Tensor
+    sc: torch.Tensor
+    mm: torch.Tensor
+    d: torch.Tensor
+    dm: torch.Tensor
+
+
+def _pack_chunk(dec: Decoded) -> Packed:
+    """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
     tn = _tiles(dec.q.shape[0]) * TILE_N
     q, sc, mm = _pad_rows(dec.q, tn), _pad_rows(dec.sc, tn), _pad_rows(dec.mm, tn)
     d, dm = _pad_rows(dec.d, tn), _pad_rows(dec.dm, tn)
@@ -128,7 +140,7 @@ def _pack_chunk(dec: Decoded) -> tuple[torch.Tensor, ...]:
         qh = torch.empty(0, dtype=torch.uint8)
     sc_t, mm_t = (v.view(-1, TILE_N, v.shape[1] // 2, 2).permute(0, 2, 1, 3) for v in (sc, mm))
     d_t, dm_t = (v.view(-1, TILE_N, v.shape[1]).permute(0, 2, 1) for v in (d, dm))
-    return nib, qh, sc_t, mm_t, d_t, dm_t
+    return Packed(nib, qh, sc_t, mm_t, d_t, dm_t)
 
 
 def pack(parts: list[Decoded], shape: tuple[int, int]) -> QuantWeight:
@@ -138,13 +150,15 @@ def pack(parts: list[Decoded], shape: tuple[int, int]) -> QuantWeight:
     if any(p.bits != bits for p in parts):
         raise ValueError("pack: chunks of mixed bits; widen the 4-bit ones first")
     packed = [_pack_chunk(p) for p in parts]
-    cat = [torch.cat([p[i] for p in packed]).contiguous() if packed[0][i].numel() else packed[0][i]
-           for i in range(6)]
-    q, qh, sc, mm, d, dm = cat
-    if all(p.mm is p.sc for p in parts):
-        mm = sc
+
+    def cat(field: str) -> torch.Tensor:
+        return torch.cat([getattr(p, field) for p in packed]).contiguous()
+
+    sc = cat("sc")
+    mm = sc if all(p.mm is p.sc for p in parts) else cat("mm")
+    qh = cat("qh") if bits == 6 else packed[0].qh
     fmt = "q4k" if bits == 4 else "q6k"
-    return QuantWeight(fmt, shape, SUPER_K, q, d, dm, KBlocks(qh, sc, mm))
+    return QuantWeight(fmt, shape, SUPER_K, cat("q"), cat("d"), cat("dm"), KBlocks(qh, sc, mm))
 
 
 @dataclass(frozen=True)
