@@ -15,24 +15,10 @@ import torch
 
 from swiftspec.kernels import cpu_ext, kquant
 from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quantize_act_ref
+from swiftspec.testing import random_kquant_blocks as random_blocks
 
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
-
-BYTES = {"Q4_K": kquant.Q4K_BYTES, "Q6_K": kquant.Q6K_BYTES}
-
-
-def random_blocks(n: int, k: int, qtype: str, seed: int = 0) -> np.ndarray:
-    """[n, k/256 * block bytes] random blocks, block scales in [1e-4, 1.1e-3] (dmin too for Q4_K)."""
-    rng = np.random.default_rng(seed)
-    b = rng.integers(0, 256, size=(n * k // 256, BYTES[qtype]), dtype=np.uint8)
-    scales = (rng.random((len(b), 2)) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
-    if qtype == "Q4_K":
-        b[:, 0:4] = scales
-    else:
-        b[:, 208:210] = scales[:, :2]
-    return b.reshape(n, -1)
-
 
 def file_weights(parts: list[kquant.RawPart], k: int) -> torch.Tensor:
     mats = [gguf_quants.dequantize(p.raw, GGMLQuantizationType[p.qtype]).reshape(len(p.raw), k) for p in parts]
