@@ -183,7 +183,9 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
     """Export a tiny HF directory as a llama.cpp-style GGUF (Q/K rows permuted for llama).
 
     qtype names the type of the 2-D weights (F32, F16, Q8_0, Q5_0, ...); norms stay F32 as in
-    llama.cpp. The tokenizer is written as GGUF metadata, chat template included.
+    llama.cpp. The tokenizer is written as GGUF metadata, chat template included.  "Q4_K" (which
+    gguf-py cannot quantize to) writes random K-quant blocks instead of the weights, Q6_K for
+    v_proj and down_proj as in a Q4_K_M file (2-D weights need K % 256 == 0).
     """
     import gguf
 
@@ -201,7 +203,12 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
             elif args.arch == "llama" and ".k_proj." in name:
                 data = llama_permute(data, args.num_kv_heads)
             tensor_type = kind if data.ndim == 2 else gguf.GGMLQuantizationType.F32
-            packed = gguf.quants.quantize(data, tensor_type)
+            if tensor_type.name == "Q4_K":
+                mixed = ".v_proj." in name or ".down_proj." in name
+                tensor_type = gguf.GGMLQuantizationType.Q6_K if mixed else tensor_type
+                packed = random_kquant_blocks(*data.shape, tensor_type.name, seed=len(name))
+            else:
+                packed = gguf.quants.quantize(data, tensor_type)
             writer.add_tensor(hf_to_gguf_name(name), packed, raw_dtype=tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
