@@ -15,12 +15,11 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from swiftspec.config import MODES
+from swiftspec.config import MODES, WEIGHT_FORMATS
 from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
 
 PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec")
-WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
 
 
 @dataclass(frozen=True, slots=True)

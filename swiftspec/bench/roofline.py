@@ -25,7 +25,9 @@ from swiftspec.model.args import ModelArgs
 
 # Bytes per weight of our quantized formats (swiftspec.kernels.quant): int8 is one byte plus a
 # per-channel scale (negligible); int4 is half a byte plus an fp16 scale and min per 128-weight group.
-_FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128}
+# gguf runs a Q4_K_M file's blocks as stored: Q4_K at 4.625 bits, Q6_K (the LM head, half of
+# ffn_down and attn_v) at 6.625; 5.25 bits on average for the default target.
+_FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128, "gguf": 5.25 / 8}
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
