@@ -262,14 +262,14 @@ def _write_tokenizer(tok: Tokenizer, path: Path, max_len: int) -> None:
     (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
 
-KQUANT_BLOCK_BYTES = {"Q4_K": 144, "Q6_K": 210}
-
 
 def random_kquant_blocks(n: int, k: int, qtype: str, seed: int = 0) -> np.ndarray:
     """[n, k/256 * block bytes] random Q4_K / Q6_K blocks (every bit pattern of quants and
     sub-block scales occurs) with sane fp16 block scales in [1e-4, 1.1e-3] (dmin too for Q4_K)."""
+    from swiftspec.kernels.kquant import Q4K_BYTES, Q6K_BYTES
+
     rng = np.random.default_rng(seed)
-    b = rng.integers(0, 256, size=(n * k // 256, KQUANT_BLOCK_BYTES[qtype]), dtype=np.uint8)
+    b = rng.integers(0, 256, size=(n * k // 256, Q4K_BYTES if qtype == "Q4_K" else Q6K_BYTES), dtype=np.uint8)
     scales = (rng.random((len(b), 2)) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
     if qtype == "Q4_K":
         b[:, 0:4] = scales
