@@ -52,6 +52,19 @@ struct KWeight {
 
 inline int ksub(int bits) { return bits == 4 ? 32 : 16; }
 
+// Quantizes one row x [K] (bf16 or fp32; rounding in the header comment: scale = amax / 127,
+// q = round_half_even(x * (127 / amax)), two IEEE fp32 operations, the same bits on each path)
+// into its place in the pass layout: the 4-byte group g of k goes to dst[g * R * 4], R = the
+// rows of its pass.  xs [K/256], xsum [K/sub].
+struct KRowIn {
+  const void* x;
+  bool bf16;
+  int64_t K;
+  int sub;
+};
+void kquantize_row_avx512(const KRowIn& in, int8_t* dst, int64_t R, float* xs, int16_t* xsum);
+void kquantize_row_avx2(const KRowIn& in, int8_t* dst, int64_t R, float* xs, int16_t* xsum);
+
 void ktiles_avx512(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1);
 void ktiles_avx2(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1);
 

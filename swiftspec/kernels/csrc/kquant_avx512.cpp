@@ -132,6 +132,27 @@ using Q6 = Table<6, 1, 2, 3, 4, 5, 6, 7, 8>;
 
 }  // namespace
 
+void kquantize_row_avx512(const KRowIn& in, int8_t* dst, int64_t R, float* xs, int16_t* xsum) {
+  const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+  for (int64_t k0 = 0; k0 < in.K; k0 += kSuperK) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int i = 0; i < kSuperK; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(in.x, in.bf16, k0 + i)));
+    const float a = _mm512_reduce_max_ps(amax);
+    const __m512 inv = _mm512_set1_ps(a > 0.f ? 127.f / a : 0.f);
+    int32_t s = 0;
+    for (int i = 0; i < kSuperK; i += 16) {
+      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16(in.x, in.bf16, k0 + i), inv));  // half to even
+      q = _mm512_max_epi32(_mm512_min_epi32(q, lim), nlim);
+      alignas(16) int32_t g[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(g), _mm512_cvtepi32_epi8(q));
+      for (int j = 0; j < 4; ++j) std::memcpy(dst + ((k0 + i) / 4 + j) * R * 4, &g[j], 4);
+      s += _mm512_reduce_add_epi32(q);
+      if ((i + 16) % in.sub == 0) xsum[(k0 + i) / in.sub] = static_cast<int16_t>(s), s = 0;
+    }
+    xs[k0 / kSuperK] = a / 127.f;
+  }
+}
+
 // Rows go in passes of up to 8 inside each tile: the tile stays in L1/L2 between passes.
 void ktiles_avx512(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
   const TileFn* fns = w.bits == 4 ? Q4::fns : Q6::fns;

@@ -1,8 +1,5 @@
 // Torch glue of the K-quant linear (GGUF Q4_K / Q6_K super-blocks; kernels in kquant_avx512.cpp
 // and kquant_avx2.cpp): argument checks, activation quantization and the thread split.
-#include <cmath>
-#include <cstring>
-
 #include "glue.h"
 #include "kquant.h"
 #include "parallel.h"
@@ -16,51 +13,9 @@ struct KScratch {
   std::vector<int16_t> xsum;
 };
 
-template <typename T>
-float value(const T* x, int64_t i) {
-  if constexpr (std::is_same_v<T, float>) return x[i];
-  const uint32_t u = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(x)[i]) << 16;
-  float v;
-  std::memcpy(&v, &u, 4);
-  return v;
-}
-
-// One row, super-blocks of 256: scale = amax / 127, q = round_half_even(x * (127 / amax)) (two
-// IEEE fp32 operations, as quant.quantize_act_ref does them); xsum per sub-block of `sub` values.
-// Plain scalar code: the same bits at every ISA level.  |x * inv| <= 127 (+ rounding), and adding
-// then subtracting 1.5 * 2^23 rounds such a value to an integer, half to even, in the default
-// rounding mode (baseline x86-64 has no roundss; nearbyintf would be a libm call per value).
-constexpr float kRound = 12582912.f;  // 1.5 * 2^23
-
-template <typename T>
-void quantize_row(const T* x, int64_t K, int sub, int8_t* q, float* xs, int16_t* xsum) {  // q: [K]
-  for (int64_t b = 0; b < K / kSuperK; ++b) {
-    const int64_t k0 = b * kSuperK;
-    float amax = 0.f;
-    for (int i = 0; i < kSuperK; ++i) amax = std::max(amax, std::fabs(value(x, k0 + i)));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    for (int i = 0; i < kSuperK; ++i) {
-      const float v = (value(x, k0 + i) * inv + kRound) - kRound;
-      q[k0 + i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, v)));
-    }
-    xs[b] = amax / 127.f;
-  }
-  for (int64_t j = 0; j < K / sub; ++j) {
-    int32_t s = 0;
-    for (int i = 0; i < sub; ++i) s += q[j * sub + i];
-    xsum[j] = static_cast<int16_t>(s);
-  }
-}
-
-// Row r of xq in the pass layout of kquant.h.
-void interleave(const int8_t* q, int64_t K, int64_t M, int pass, int64_t r, int8_t* xq) {
-  const int64_t p0 = r / pass * pass, R = std::min<int64_t>(pass, M - p0);
-  int8_t* dst = xq + p0 * K + (r - p0) * 4;
-  for (int64_t g = 0; g < K / 4; ++g) std::memcpy(dst + g * R * 4, q + g * 4, 4);
-}
-
-KAct quantize(const at::Tensor& x, int64_t K, int sub, int pass, KScratch& s) {
-  const int64_t M = x.size(0);
+// Rows [0, M) of x quantized by the path's row quantizer into the pass layout of kquant.h.
+KAct quantize(const at::Tensor& x, int64_t K, int sub, bool avx512, KScratch& s) {
+  const int64_t M = x.size(0), pass = avx512 ? kPassAvx512 : kPassAvx2;
   int8_t* xq = sized(s.xq, M * K);
   float* xs = sized(s.xs, M * (K / kSuperK));
   int16_t* xsum = sized(s.xsum, M * (K / sub));
@@ -68,17 +23,12 @@ KAct quantize(const at::Tensor& x, int64_t K, int sub, int pass, KScratch& s) {
   const char* base = static_cast<const char*>(x.data_ptr());
   const int64_t ld = x.stride(0) * (bf16 ? 2 : 4);
   at::parallel_for(0, M, std::max<int64_t>(1, kSerialWork / K), [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<int8_t> row;
-    int8_t* q = sized(row, K);
     for (int64_t r = r0; r < r1; ++r) {
-      float* scale = xs + r * (K / kSuperK);
-      int16_t* sums = xsum + r * (K / sub);
-      if (bf16) {
-        quantize_row(reinterpret_cast<const at::BFloat16*>(base + r * ld), K, sub, q, scale, sums);
-      } else {
-        quantize_row(reinterpret_cast<const float*>(base + r * ld), K, sub, q, scale, sums);
-      }
-      interleave(q, K, M, pass, r, xq);
+      const int64_t p0 = r / pass * pass, R = std::min(pass, M - p0);
+      const KRowIn in{base + r * ld, bf16, K, sub};
+      int8_t* dst = xq + p0 * K + (r - p0) * 4;
+      auto fn = avx512 ? kquantize_row_avx512 : kquantize_row_avx2;
+      fn(in, dst, R, xs + r * (K / kSuperK), xsum + r * (K / sub));
     }
   });
   return KAct{xq, xs, xsum, K};
@@ -115,7 +65,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   thread_local KScratch cached;
   KScratch fresh;
   const bool avx512 = quant_linear_path(level) == kAvx512Vnni;
-  const KAct act = quantize(x, K, sub, avx512 ? kPassAvx512 : kPassAvx2, x.size(0) <= kMaxSmallRows ? cached : fresh);
+  const KAct act = quantize(x, K, sub, avx512, x.size(0) <= kMaxSmallRows ? cached : fresh);
   at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->numel() == N, "kquant_linear: bias must have N elements");
