@@ -91,14 +91,19 @@ inline void finish_block(const KAct& a, const KWeight& w, const int8_t* mmt, int
     const int64_t i = (t * nsb + b) * kTileN + 8 * hh;
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.d + i)));
     const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.dm + i)));
-    for (int r = 0; r < R; ++r) {
-      const int16_t* xsum = a.xsum + (r0 + r) * nsub + b * Subs;
-      __m256i msum = _mm256_setzero_si256();
-      for (int j = 0; j < Subs; j += 2) {
-        const __m256i mm = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(mmt + (b * Subs + j) * kTileN + 16 * hh)));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mm, bcast4(xsum + j)));
+    __m256i msum[R];
+    for (int r = 0; r < R; ++r) msum[r] = _mm256_setzero_si256();
+    for (int j = 0; j < Subs; j += 2) {  // each mm pair vector widened once for all rows
+      const int8_t* m = mmt + (b * Subs + j) * kTileN + 16 * hh;
+      const __m256i mm = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)m));
+      for (int r = 0; r < R; ++r) {
+        const int16_t* xsum = a.xsum + (r0 + r) * nsub + b * Subs + j;
+        msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(mm, bcast4(xsum)));
       }
-      const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][hh]), d, _mm256_mul_ps(_mm256_cvtepi32_ps(msum), dm));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(msum[r]), dm);
+      const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][hh]), d, mins);
       const __m256 xs = _mm256_set1_ps(a.xs[(r0 + r) * nsb + b]);
       _mm256_store_ps(acc[r] + 8 * hh, _mm256_fmadd_ps(y, xs, _mm256_load_ps(acc[r] + 8 * hh)));
     }
@@ -155,7 +160,9 @@ void kquantize_row_avx2(const KRowIn& in, int8_t* dst, int64_t R, float* xs, int
   const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
   for (int64_t k0 = 0; k0 < in.K; k0 += kSuperK) {
     __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < kSuperK; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(load8(in.x, in.bf16, k0 + i), absmask));
+    for (int i = 0; i < kSuperK; i += 8) {
+      amax = _mm256_max_ps(amax, _mm256_and_ps(load8(in.x, in.bf16, k0 + i), absmask));
+    }
     const float a = hmax8(amax);
     const __m256 inv = _mm256_set1_ps(a > 0.f ? 127.f / a : 0.f);
     __m256i s = _mm256_setzero_si256();
