@@ -56,10 +56,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
     """y [..., N] = x [..., K] @ weight^T (+ bias [N]).
 
     Plain tensors go to F.linear.  A wrapped bf16 weight runs the small-M bf16 kernel for a bf16
-    CPU x of at most cpu_ext.MAX_SMALL_ROWS rows, and F.linear otherwise.  An
-    int8/int4 QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
-    is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
-    otherwise (other devices or dtypes, or no compiler)."""
+    CPU x of at most cpu_ext.MAX_SMALL_ROWS rows, and F.linear otherwise.  An int8/int4 (or GGUF
+    q4k/q6k, see kquant.py) QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and
+    the extension is built (x rows quantized to int8 per K-block, see quant.py), and the exact
+    torch reference otherwise (other devices or dtypes, or no compiler)."""
     if not isinstance(weight, QuantWeight):
         return F.linear(x, weight, bias)
     if weight.fmt == "bf16":
