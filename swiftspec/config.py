@@ -42,6 +42,10 @@ class TreeConfig:
             raise ConfigError("tree budget must hold at least verify_size + width * topk nodes")
 
 
+# "gguf": a GGUF's Q4_K / Q6_K linears as stored (weights/gguf_native.py), the rest int8.
+WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadConfig:
     """How a model is placed in memory."""
@@ -49,7 +53,7 @@ class LoadConfig:
     device: str = "cpu"
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
     max_seq_len: int = 4096
-    weights: str = "bf16"  # weight format of the linear layers: "bf16" | "int8" | "int4"
+    weights: str = "bf16"  # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"
 
     def __post_init__(self) -> None:
         if self.dtype not in ("bfloat16", "float32", "float16"):

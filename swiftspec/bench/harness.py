@@ -43,7 +43,7 @@ class ModeSpec:
 def parse_modes(text: str) -> list[ModeSpec]:
     """Parse --modes: comma lists of modes, `;` between groups that are loaded one after another.
 
-    A suffix `@bf16|@int8|@int4` sets the weight format of one of our modes (`tree@int4`); `auto`
+    A suffix `@bf16|@int8|@int4|@gguf` sets the weight format of one of our modes (`tree@int4`); `auto`
     runs the engine that `--mode auto` chooses.
     """
     specs: list[ModeSpec] = []

@@ -8,7 +8,7 @@ tokens.  The same token windows go to every format and to llama.cpp (on the GGUF
 the figures compare the weights alone.
 
 Formats: "file" is the checkpoint dequantized to fp32 with fp32 activations (the reference), and
-bf16 / int8 / int4 are SwiftSpec's --weights formats with bf16 activations, run through the same
+bf16 / int8 / int4 / gguf are SwiftSpec's --weights formats with bf16 activations, run through the same
 kernels as decoding.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from swiftspec.config import LoadConfig
+from swiftspec.config import WEIGHT_FORMATS, LoadConfig
 from swiftspec.errors import UserError
 
 REFERENCE = "file"  # the checkpoint dequantized, fp32 activations
@@ -122,7 +122,7 @@ def add_arguments(parser) -> None:  # noqa: ANN001 - argparse parser
     parser.add_argument("text", help="a UTF-8 text file")
     parser.add_argument("--model", default=DEFAULT_TARGET, help="bundled name, .gguf path or HF directory")
     parser.add_argument("--formats", default=f"{REFERENCE},bf16,int8,int4",
-                        help=f"comma list of {REFERENCE} (fp32 dequantized), bf16, int8, int4")
+                        help=f"comma list of {REFERENCE} (fp32 dequantized), bf16, int8, int4, gguf")
     parser.add_argument("--windows", type=int, default=4, help="number of windows (default 4)")
     parser.add_argument("--ctx", type=int, default=512, help="tokens per window (default 512)")
     parser.add_argument("--llama", action="store_true", help="also llama.cpp on the GGUF file (llama-cpp-python)")
@@ -134,7 +134,7 @@ def measure(source: str, text_file: str, formats: list[str], n_ctx: int, count: 
     from swiftspec.bench.runners import load_tokenizer
     from swiftspec.weights import resolve_source
 
-    bad = [f for f in formats if f not in (REFERENCE, "bf16", "int8", "int4")]
+    bad = [f for f in formats if f not in (REFERENCE, *WEIGHT_FORMATS)]
     if bad:
         raise UserError(f"unknown weight format(s) {', '.join(bad)} for perplexity")
     try:

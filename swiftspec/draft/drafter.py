@@ -148,7 +148,10 @@ def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, we
     vocab = pruned_vocab(draft.tokenizer, draft_vocab, draft.args.vocab_size) if model.parallel.tp_size == 1 else None
     head = None
     if vocab is not None:
-        head = model.lm_head.weight.data[vocab.to(model.lm_head.weight.device)].contiguous()  # [V', H]
+        w = model.lm_head.weight  # a packed GGUF head (--weights gguf) is dequantized to prune it
+        dtype = model.model.embed_tokens.weight.dtype
+        dense = kernels.dequantize(w).to(dtype) if isinstance(w, kernels.QuantWeight) else w.data
+        head = dense[vocab.to(dense.device)].contiguous()  # [V', H]
     kernels.prepare_model_(model, weights, lm_head=vocab is None)
     head = None if head is None else kernels.prepare_weight(head, weights)
     return TreeDrafter(model, cfg, max_seq_len, vocab, head)

@@ -78,11 +78,14 @@ def _bf16_kernel_applies(w: torch.Tensor) -> bool:
 def prepare_model_(model: nn.Module, fmt: str, *, lm_head: bool = True) -> list[str]:
     """Ready a loaded model's linear layers for `--weights fmt`, in place; returns their names.
 
-    int8/int4: quantize_model_.  bf16: wrap each bf16 CPU weight for the small-M bf16 kernel when
+    int8/int4: quantize_model_.  gguf: int8 for the linears still dense (the file's K-quant
+    linears were packed as stored at load).  bf16: wrap each bf16 CPU weight for the small-M bf16 kernel when
     the small-M bf16 kernel runs here (weights on other devices or in other dtypes stay plain tensors)."""
     first = next(model.parameters(), None)
     if first is not None and first.device.type == "cpu":
         capability.warn_fallbacks()
+    if fmt == "gguf":  # the linears not packed from the file's blocks (weights.gguf_native)
+        return quantize_model_(model, "int8", lm_head=lm_head)
     if fmt != "bf16":
         return quantize_model_(model, fmt, lm_head=lm_head)
     if first is None or not _bf16_kernel_applies(first):
@@ -94,4 +97,4 @@ def prepare_weight(w: torch.Tensor, fmt: str) -> torch.Tensor | QuantWeight:
     """One weight as prepare_model_ would ready it (a bf16 weight stays plain where the kernel does not apply)."""
     if fmt == "bf16" and not _bf16_kernel_applies(w):
         return w
-    return quantize_weight(w, fmt)
+    return quantize_weight(w, "int8" if fmt == "gguf" else fmt)

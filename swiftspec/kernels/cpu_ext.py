@@ -164,7 +164,11 @@ def quant_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = N
     ext, lvl = _built(), _lvl(at_level)
     n, k = qw.shape
     x2 = _rows(x, k)
-    if qw.fmt == "int4":
+    if qw.fmt in ("q4k", "q6k"):
+        kb = qw.kblocks
+        y = ext.kquant_linear(x2, qw.qweight, kb.qh, kb.sc, kb.mm, qw.scale, qw.mins, bias,
+                              4 if qw.fmt == "q4k" else 6, n, k, lvl)
+    elif qw.fmt == "int4":
         y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, lvl)
     else:
         y = ext.quant_linear(x2, qw.qweight, qw.scale, _EMPTY, _EMPTY, bias, False, n, k, qw.group_size, lvl)

@@ -45,8 +45,12 @@ def _fusable(layer: LayerWeights, dtype: torch.dtype) -> bool:
 
 
 def _packed(ext, w: QuantWeight, bias: torch.Tensor | None):  # noqa: ANN001, ANN202 - extension types
-    """PackedLinear(fmt: 0 bf16 / 1 int8 / 2 int4, qweight, scale, d, mn, bias, N, K, block)."""
+    """PackedLinear(fmt: 0 bf16 / 1 int8 / 2 int4, qweight, scale, d, mn, bias, N, K, block), or
+    for the K-quants PackedLinear(3 q4k / 4 q6k, qweight, d, dm, bias, N, K, qh, sc, mm)."""
     n, k = w.shape
+    if w.fmt in ("q4k", "q6k"):
+        kb = w.kblocks
+        return ext.PackedLinear(3 if w.fmt == "q4k" else 4, w.qweight, w.scale, w.mins, bias, n, k, kb.qh, kb.sc, kb.mm)
     if w.fmt == "int4":
         return ext.PackedLinear(2, w.qweight, _EMPTY, w.scale, w.mins, bias, n, k, w.group_size)
     if w.fmt == "int8":

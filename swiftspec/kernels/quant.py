@@ -35,12 +35,13 @@ BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group
 class QuantWeight:
     """A packed [N, K] weight; F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
 
-    fmt: str  # "int8" | "int4" | "bf16"
+    fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q6k" (GGUF K-quants as stored, see kquant.py)
     shape: tuple[int, int]  # logical (N, K)
     group_size: int  # int4: K-group of d/mn; int8: activation K-block
     qweight: torch.Tensor  # uint8, layout in the module docstring; bf16: the [N, K] weight
     scale: torch.Tensor  # int8: fp32 [T * 16]; int4: fp16 [T, K/G, 16]; bf16: empty
     mins: torch.Tensor | None = None  # int4: fp16 [T, K/G, 16]; int8: None
+    kblocks: object | None = None  # q4k/q6k: kquant.KBlocks (high bits, sub-block scales and mins)
 
     @property
     def device(self) -> torch.device:
@@ -49,6 +50,7 @@ class QuantWeight:
     @property
     def nbytes(self) -> int:
         extra = 0 if self.mins is None else self.mins.numel() * self.mins.element_size()
+        extra += 0 if self.kblocks is None else self.kblocks.nbytes
         return self.qweight.numel() * self.qweight.element_size() + self.scale.numel() * self.scale.element_size() + extra
 
     @classmethod
@@ -140,6 +142,10 @@ def dequantize(qw: QuantWeight) -> torch.Tensor:
     n, k = qw.shape
     if qw.fmt == "bf16":
         return qw.qweight.float()
+    if qw.fmt in ("q4k", "q6k"):
+        from swiftspec.kernels.kquant import dequantize_k  # kquant imports this module
+
+        return dequantize_k(qw)
     t = qw.qweight.shape[0]
     if qw.fmt == "int8":
         q = qw.qweight.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float() - 128.0
@@ -177,7 +183,8 @@ def quant_linear_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None
 
 
 def quant_linear_a8_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The kernel's numerics: x rows quantized to int8 per K-block, then exact products."""
+    """The kernel's numerics: x rows quantized to int8 per K-block, then exact products (the
+    K-quant formats' K-block is their super-block of 256)."""
     x2 = x.reshape(-1, qw.shape[1])
     q, s = quantize_act_ref(x2, qw.group_size)
     xd = (q.view(x2.shape[0], -1, qw.group_size) * s[..., None]).view(x2.shape[0], -1)

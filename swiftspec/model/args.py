@@ -10,7 +10,9 @@ from swiftspec.config import ConfigError
 SUPPORTED_ARCHS = ("llama", "qwen2")
 # Bytes per weight of our quantized formats (swiftspec.kernels.quant): int8 is one byte plus a
 # per-channel scale (negligible); int4 is half a byte plus an fp16 scale and min per 128-weight group.
-FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128}
+# gguf runs a Q4_K_M file's blocks as stored: Q4_K at 4.625 bits, Q6_K (the LM head, half of
+# ffn_down and attn_v) at 6.625; 5.25 bits on average for the default target.
+FORMAT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 128, "gguf": 5.25 / 8}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 

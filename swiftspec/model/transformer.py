@@ -155,13 +155,15 @@ class Transformer(nn.Module):
         with cpu_gemv_path(hidden.shape[0], self.device):
             return self.lm_head(hidden).float()
 
-    def load_weights(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, named: Iterable[tuple[str, torch.Tensor]], supplied: frozenset[str] = frozenset()) -> None:
         """Load HF-named tensors (q/k/v and gate/up separate), each rank taking its shard.
+        `supplied`: HF names the caller sets otherwise (GGUF blocks packed as stored); they count
+        as loaded.
 
         Raises WeightLoadError naming the missing and unexpected tensors, or a mismatched shape.
         """
         params = dict(self.named_parameters())
-        loaded: set[tuple[str, object]] = set()
+        loaded: set[tuple[str, object]] = {_route(n) for n in supplied}
         unexpected: list[str] = []
         for hf_name, tensor in named:
             if self._ignored(hf_name):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
 
@@ -52,7 +53,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cpu unless the CUDA path passed its start-up check here")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
-    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default="bf16", help="target weight format")
+    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default="bf16",
+                        help="target weight format (gguf: a GGUF's Q4_K/Q6_K linears as stored, the rest int8)")
     parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: auto chooses; else int8 for a bf16 target on CPU, "
                              "else --weights)")

@@ -2,7 +2,8 @@
 
 A GGUF is converted once into the cache (see convert.py) and every load then reads an HF-style
 directory; bundled names are pulled on first use (see bundled.py), hub ids resolve through the
-Hugging Face hub cache (see hub.py).
+Hugging Face hub cache (see hub.py).  With `--weights gguf` the linears the file holds as Q4_K /
+Q6_K come from its blocks instead (gguf_native.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.bundled import BUNDLED, cache_dir, pull
 from swiftspec.weights.convert import ensure_converted
+from swiftspec.weights.gguf import GGUFCheckpoint
+from swiftspec.weights.gguf_native import pack_native_, plan
 from swiftspec.weights.hub import parse_hub_id, resolve_hub
 from swiftspec.weights.safetensors import HFCheckpoint, open_hf_dir
 
@@ -46,7 +49,13 @@ def load_model(
     ckpt = open_checkpoint(path, dtype, cache)
     tokenizer = Tokenizer.from_dir(ckpt.path)
     model = Transformer(ckpt.args, parallel=parallel, dtype=dtype, device=load.device)
-    model.load_weights(ckpt.tensors(dtype))
+    if load.weights == "gguf" and path.is_file() and load.device.startswith("cpu"):
+        gg = GGUFCheckpoint(path)
+        native = plan(gg, parallel.tp_size)
+        model.load_weights(ckpt.tensors(dtype, skip=native.hf_names), supplied=native.hf_names)
+        pack_native_(model, gg, native)
+    else:
+        model.load_weights(ckpt.tensors(dtype))
     return LoadedModel(ckpt.args, model.eval(), tokenizer, path)
 
 

@@ -113,6 +113,13 @@ class GGUFCheckpoint:
                 w = w.copy()
             yield spec.hf_name, torch.from_numpy(w).to(dtype)
 
+    def raw(self, spec: TensorSpec) -> tuple[np.ndarray, str]:
+        """A tensor's stored bytes as [rows, bytes per row] in HF row order (a view of the memmap
+        where no un-permuting applies), and its type name ("Q4_K", ...)."""
+        t = self._tensors[spec.gguf_name]
+        rows = t.data.reshape(spec.shape[0], -1)
+        return self._unpermute(spec.gguf_name, rows), t.tensor_type.name
+
     def _unpermute(self, name: str, w: np.ndarray) -> np.ndarray:
         if self.arch != "llama":  # qwen2 GGUFs keep HF's row order
             return w

@@ -38,13 +38,14 @@ class HFCheckpoint:
     args: ModelArgs
     files: tuple[Path, ...]
 
-    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield (hf_name, tensor) cast to dtype; lm_head is dropped when embeddings are tied."""
+    def tensors(self, dtype: torch.dtype, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (hf_name, tensor) cast to dtype; lm_head is dropped when embeddings are tied, and
+        the names in skip are never read."""
         for file in self.files:
             try:
                 with safe_open(file, framework="pt") as f:
                     for name in f.keys():
-                        if not _WANTED.fullmatch(name):
+                        if not _WANTED.fullmatch(name) or name in skip:
                             continue
                         if name == "lm_head.weight" and self.args.tie_word_embeddings:
                             continue

@@ -1,5 +1,5 @@
 """The real default pair: chain, tree and async greedy output equals `ar` on HumanEval prompts,
-with bf16 and with int4 target weights, at the lowest (AVX2) and the highest ISA level this CPU
+with bf16, int4 and gguf (the file's K-quant blocks as stored) target weights, at the lowest (AVX2) and the highest ISA level this CPU
 runs.
 
 Where the CPU kernels run, every linear and attention call of a decode, verify or draft forward is
@@ -45,8 +45,11 @@ def assert_same_or_tie(ar, ids: list[int], want: list[int], got: list[int], labe
     assert len(want) == len(got), label
 
 
-@pytest.fixture(scope="module", params=[(w, lv) for lv in LEVELS for w in ("bf16", "int4")],
-                ids=[f"{w}-{cpu_ext.LEVEL_NAMES[lv]}" for lv in LEVELS for w in ("bf16", "int4")])
+WEIGHTS = ("bf16", "int4", "gguf")
+
+
+@pytest.fixture(scope="module", params=[(w, lv) for lv in LEVELS for w in WEIGHTS],
+                ids=[f"{w}-{cpu_ext.LEVEL_NAMES[lv]}" for lv in LEVELS for w in WEIGHTS])
 def prompts_and_ar(real_pair, request):
     weights, level = request.param
     with pytest.MonkeyPatch.context() as mp:

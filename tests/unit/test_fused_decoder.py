@@ -11,7 +11,9 @@ import torch
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
 from swiftspec.model import ModelArgs, Transformer
-from swiftspec.testing import random_weights
+from swiftspec.kernels import kquant
+from swiftspec.kernels.convert import is_linear
+from swiftspec.testing import random_kquant_blocks, random_weights
 from swiftspec.tree import mask_from_parents
 
 PROMPT = 20  # > MAX_FUSED_CPU_ROWS: the prefill runs unfused in both models
@@ -37,6 +39,16 @@ def _model(args: ModelArgs, dtype: torch.dtype, weights: str) -> Transformer:
     model.load_weights(random_weights(args, seed=3).items())
     if weights == "int4":
         kernels.quantize_model_(model, "int4", group_size=32)
+    elif weights == "gguf":  # random K-quant blocks where K % 256 == 0 (qkv mixed, as in a Q4_K_M file)
+        for name, mod in model.named_modules():
+            if is_linear(mod) and mod.weight.shape[1] % 256 == 0 and name != "lm_head":
+                n, k = mod.weight.shape
+                types = ["Q4_K", "Q6_K"] if "qkv" in name else ["Q4_K"]
+                rows = [n - 32, 32] if "qkv" in name else [n]
+                parts = [kquant.RawPart(random_kquant_blocks(r, k, t, seed=r), t) for r, t in zip(rows, types)]
+                del mod.weight
+                mod.weight = kquant.from_gguf(parts, k)
+        kernels.prepare_model_(model, "gguf")
     else:
         kernels.prepare_model_(model, weights)
     return model
@@ -64,7 +76,8 @@ def _calls(model: Transformer, fused: bool) -> tuple[list[torch.Tensor], torch.n
 
 CASES = [("qwen2", torch.bfloat16, "bf16", (4, 2, 16)), ("qwen2", torch.bfloat16, "int8", (6, 2, 32)),
          ("qwen2", torch.bfloat16, "int4", (4, 1, 64)), ("llama", torch.float32, "int8", (4, 2, 16)),
-         ("llama", torch.float32, "int4", (2, 2, 48)), ("llama", torch.bfloat16, "int4", (6, 3, 32))]
+         ("llama", torch.float32, "int4", (2, 2, 48)), ("llama", torch.bfloat16, "int4", (6, 3, 32)),
+         ("qwen2", torch.bfloat16, "gguf", (4, 2, 64)), ("llama", torch.float32, "gguf", (2, 1, 128))]
 
 
 @pytest.mark.parametrize("arch,dtype,weights,heads", CASES)

@@ -24,4 +24,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
   swiftspec::register_decoder(m);
+  m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q6_K blocks)");
 }

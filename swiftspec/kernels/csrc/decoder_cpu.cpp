@@ -14,13 +14,15 @@ namespace {
 
 // One linear layer in the packed formats of swiftspec/kernels/quant.py.
 struct PackedLinear {
-  int64_t fmt;  // 0: bf16 (q is the [N, K] weight), 1: int8, 2: int4
+  int64_t fmt;  // 0: bf16 (q is the [N, K] weight), 1: int8, 2: int4, 3: q4k, 4: q6k
   at::Tensor q, scale, d, mn;
   c10::optional<at::Tensor> bias;
   int64_t N, K, blk;
+  at::Tensor qh, sc, mm;  // q4k / q6k only (d, mn: the block scales d and dm)
 
   at::Tensor operator()(const at::Tensor& x, int64_t level) const {  // x [T, K] -> [T, N]
     if (fmt == 0) return bf16_linear(x, q, bias, level);
+    if (fmt >= 3) return kquant_linear(x, q, qh, sc, mm, d, mn, bias, fmt == 3 ? 4 : 6, N, K, level);
     return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, level);
   }
 };
@@ -151,7 +153,11 @@ void register_decoder(pybind11::module& m) {
   py::class_<PackedLinear>(m, "PackedLinear")
       .def(py::init([](int64_t fmt, at::Tensor q, at::Tensor scale, at::Tensor d, at::Tensor mn,
                        c10::optional<at::Tensor> bias, int64_t N, int64_t K, int64_t blk) {
-        return PackedLinear{fmt, q, scale, d, mn, bias, N, K, blk};
+        return PackedLinear{fmt, q, scale, d, mn, bias, N, K, blk, {}, {}, {}};
+      }))
+      .def(py::init([](int64_t fmt, at::Tensor q, at::Tensor d, at::Tensor dm, c10::optional<at::Tensor> bias,
+                       int64_t N, int64_t K, at::Tensor qh, at::Tensor sc, at::Tensor mm) {
+        return PackedLinear{fmt, q, {}, d, dm, bias, N, K, 256, qh, sc, mm};
       }));
   py::class_<Layer>(m, "DecoderLayerWeights")
       .def(py::init([](at::Tensor input_norm, at::Tensor post_norm, PackedLinear qkv, PackedLinear o,

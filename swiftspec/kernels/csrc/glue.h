@@ -48,4 +48,9 @@ void rope_store_rows(const RopeArgs& a, int64_t t0, int64_t t1, int64_t level);
 
 void register_decoder(pybind11::module& m);  // decoder_cpu.cpp
 
+// K-quant linear (kquant_linear.cpp): GGUF Q4_K / Q6_K super-blocks as stored (bits 4 / 6).
+at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& sc,
+                         const at::Tensor& mm, const at::Tensor& d, const at::Tensor& dm,
+                         const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level);
+
 }  // namespace swiftspec

@@ -1,0 +1,84 @@
+// Torch glue of the K-quant linear (GGUF Q4_K / Q6_K super-blocks; kernels in kquant_avx512.cpp
+// and kquant_avx2.cpp): argument checks, activation quantization and the thread split.
+#include "glue.h"
+#include "kquant.h"
+#include "parallel.h"
+
+namespace swiftspec {
+namespace {
+
+struct KScratch {
+  std::vector<int8_t> xq;
+  std::vector<float> xs;
+  std::vector<int16_t> xsum;
+};
+
+// Rows [0, M) of x quantized by the path's row quantizer into the pass layout of kquant.h.
+KAct quantize(const at::Tensor& x, int64_t K, int sub, bool avx512, KScratch& s) {
+  const int64_t M = x.size(0), pass = avx512 ? kPassAvx512 : kPassAvx2;
+  int8_t* xq = sized(s.xq, M * K);
+  float* xs = sized(s.xs, M * (K / kSuperK));
+  int16_t* xsum = sized(s.xsum, M * (K / sub));
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const char* base = static_cast<const char*>(x.data_ptr());
+  const int64_t ld = x.stride(0) * (bf16 ? 2 : 4);
+  at::parallel_for(0, M, std::max<int64_t>(1, kSerialWork / K), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t p0 = r / pass * pass, R = std::min(pass, M - p0);
+      const KRowIn in{base + r * ld, bf16, K, sub};
+      int8_t* dst = xq + p0 * K + (r - p0) * 4;
+      auto fn = avx512 ? kquantize_row_avx512 : kquantize_row_avx2;
+      fn(in, dst, R, xs + r * (K / kSuperK), xsum + r * (K / sub));
+    }
+  });
+  return KAct{xq, xs, xsum, K};
+}
+
+void check(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* what) {
+  TORCH_CHECK(t.scalar_type() == dt && t.is_contiguous() && t.numel() == numel && t.device().is_cpu(),
+              "kquant_linear: bad ", what, " (dtype, size or layout)");
+}
+
+}  // namespace
+
+// y[M, N] = x[M, K] @ W^T (+ bias), W packed as in swiftspec/kernels/quant.py (fmt q4k / q6k).
+at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& sc,
+                         const at::Tensor& mm, const at::Tensor& d, const at::Tensor& dm,
+                         const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level) {
+  check_level(level, "kquant_linear");
+  TORCH_CHECK(bits == 4 || bits == 6, "kquant_linear: bits must be 4 or 6");
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.size(1) == K && x.stride(1) == 1,
+              "kquant_linear: x must be a row-major [M, K] CPU tensor");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              "kquant_linear: x must be bfloat16 or float32");
+  TORCH_CHECK(N > 0 && K > 0 && K % kSuperK == 0, "kquant_linear: K must be a positive multiple of 256");
+  const int sub = ksub(static_cast<int>(bits));
+  const int64_t T = (N + kTileN - 1) / kTileN, TN = T * kTileN;
+  check(q, at::kByte, TN * K / 2, "q");
+  if (bits == 6) check(qh, at::kByte, TN * K / 4, "qh");
+  check(sc, at::kChar, TN * K / sub, "sc");
+  check(mm, at::kChar, TN * K / sub, "mm");
+  check(d, at::kHalf, TN * K / kSuperK, "d");
+  check(dm, at::kHalf, TN * K / kSuperK, "dm");
+  at::Tensor out = at::empty({x.size(0), N}, x.options());
+  if (x.size(0) == 0) return out;
+  thread_local KScratch cached;
+  KScratch fresh;
+  const bool avx512 = quant_linear_path(level) == kAvx512Vnni;
+  const KAct act = quantize(x, K, sub, avx512, x.size(0) <= kMaxSmallRows ? cached : fresh);
+  at::Tensor b32;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->numel() == N, "kquant_linear: bias must have N elements");
+    b32 = bias->to(at::kFloat).contiguous();
+  }
+  const KWeight w{q.data_ptr<uint8_t>(), bits == 6 ? qh.data_ptr<uint8_t>() : nullptr, sc.data_ptr<int8_t>(),
+                  mm.data_ptr<int8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr()),
+                  reinterpret_cast<const uint16_t*>(dm.data_ptr()), static_cast<int>(bits)};
+  const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
+                  x.scalar_type() == at::kBFloat16};
+  auto run = avx512 ? ktiles_avx512 : ktiles_avx2;
+  parallel_chunks(T, T * K * x.size(0), [&](int64_t t0, int64_t t1) { run(act, w, o, t0, t1); });
+  return out;
+}
+
+}  // namespace swiftspec

@@ -1,0 +1,62 @@
+"""`--weights gguf`: a GGUF's Q4_K / Q6_K linear weights packed as stored (kernels/kquant.py).
+
+The packed weights come straight from the file's blocks (a memmap), row chunk by row chunk: those
+linears are never dequantized, and their bf16 parameters are left untouched (never resident)
+until the packed weight replaces them.  A fused linear (qkv, gate_up) is native when all its
+parts are K-quants; linears of other types (and every linear of a tensor-parallel shard) stay
+dense here and get the int8 repack (kernels.prepare_model_).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from swiftspec.kernels import kquant
+from swiftspec.kernels.quant import TILE_N
+from swiftspec.model.transformer import _route
+from swiftspec.weights.gguf import GGUFCheckpoint, TensorSpec
+
+NATIVE_TYPES = ("Q4_K", "Q6_K")
+_SHARD_ORDER = {None: 0, "q": 0, "k": 1, "v": 2, 0: 0, 1: 1}  # fused parts in row order
+
+
+@dataclass(frozen=True)
+class NativePlan:
+    """Our linear module name -> its GGUF tensors, in the fused row order."""
+
+    groups: dict[str, list[TensorSpec]]
+
+    @property
+    def hf_names(self) -> frozenset[str]:
+        return frozenset(s.hf_name for specs in self.groups.values() for s in specs)
+
+
+def plan(ckpt: GGUFCheckpoint, tp_size: int = 1) -> NativePlan:
+    """The linears of `ckpt` that run as stored: those whose parts are all Q4_K / Q6_K."""
+    if tp_size != 1:
+        return NativePlan({})
+    groups: dict[str, list[tuple[int, TensorSpec]]] = {}
+    for spec in ckpt.specs:
+        if not (spec.hf_name.endswith("_proj.weight") or spec.hf_name == "lm_head.weight"):
+            continue
+        name, shard = _route(spec.hf_name)
+        groups.setdefault(name.rsplit(".", 1)[0], []).append((_SHARD_ORDER[shard], spec))
+    native = {}
+    for module, parts in groups.items():
+        specs = [s for _, s in sorted(parts, key=lambda p: p[0])]
+        if all(ckpt.raw(s)[1] in NATIVE_TYPES for s in specs) and all(s.shape[0] % TILE_N == 0 for s in specs[:-1]):
+            native[module] = specs
+    return NativePlan(native)
+
+
+def pack_native_(model: nn.Module, ckpt: GGUFCheckpoint, native: NativePlan) -> list[str]:
+    """Replace each planned linear's weight by its packed blocks, in place; returns the names."""
+    for module_name, specs in native.groups.items():
+        module = model.get_submodule(module_name)
+        parts = [kquant.RawPart(*ckpt.raw(s)) for s in specs]
+        qw = kquant.from_gguf(parts, specs[0].shape[1])
+        del module.weight  # the untouched bf16 parameter
+        module.weight = qw
+    return list(native.groups)

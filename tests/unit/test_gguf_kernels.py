@@ -1,0 +1,104 @@
+"""GGUF K-quant weights run as stored (kernels/kquant.py, csrc/kquant_*.cpp).
+
+- Packing is lossless: dequantize(packed) equals gguf.quants.dequantize of the blocks, bit for bit.
+- The kernel equals quant_linear_a8_ref (the file's weights x the kernel's int8 activations per
+  256 k) within fp32 rounding: |y - ref| <= 1e-5 * (|xd| @ |W|^T) (+ one bf16 ulp for bf16 out).
+- A row's result is the same bits at every M (row invariance), at every ISA level.
+Blocks are random bytes with sane fp16 block scales: every bit pattern of scales and quants occurs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from swiftspec.kernels import cpu_ext, kquant
+from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quantize_act_ref
+from swiftspec.testing import random_kquant_blocks as random_blocks
+
+gguf_quants = pytest.importorskip("gguf.quants")
+from gguf import GGMLQuantizationType  # noqa: E402
+
+def file_weights(parts: list[kquant.RawPart], k: int) -> torch.Tensor:
+    mats = [gguf_quants.dequantize(p.raw, GGMLQuantizationType[p.qtype]).reshape(len(p.raw), k) for p in parts]
+    return torch.from_numpy(np.concatenate(mats))
+
+
+CASES = {  # name: ([(rows, qtype)], K)
+    "q4k": ([(40, "Q4_K")], 512),
+    "q6k": ([(33, "Q6_K")], 768),
+    "q4k-ragged": ([(21, "Q4_K")], 256),
+    "fused-mixed": ([(32, "Q4_K"), (16, "Q4_K"), (19, "Q6_K")], 512),
+}
+
+
+def make(case: str, seed: int = 0) -> tuple[list[kquant.RawPart], int]:
+    spec, k = CASES[case]
+    return [kquant.RawPart(random_blocks(n, k, qt, seed + i), qt) for i, (n, qt) in enumerate(spec)], k
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_packing_is_lossless(case):
+    parts, k = make(case)
+    qw = kquant.from_gguf(parts, k)
+    assert qw.fmt == ("q6k" if any(p.qtype == "Q6_K" for p in parts) else "q4k")
+    assert torch.equal(dequantize(qw), file_weights(parts, k))
+
+
+def test_bytes_per_weight():
+    for qtype, bpw in (("Q4_K", 4.625), ("Q6_K", 6.625)):
+        qw = kquant.from_gguf([kquant.RawPart(random_blocks(64, 1024, qtype), qtype)], 1024)
+        assert qw.nbytes * 8 / (64 * 1024) == bpw
+
+
+def _bound(x: torch.Tensor, qw, dtype: torch.dtype) -> torch.Tensor:
+    q, s = quantize_act_ref(x.float(), 256)
+    xd = (q.view(len(x), -1, 256) * s[..., None]).view(len(x), -1)
+    bound = 1e-5 * (xd.abs() @ dequantize(qw).abs().T) + 1e-30
+    return bound
+
+
+@pytest.fixture(scope="module")
+def ext():
+    if cpu_ext.load() is None:
+        pytest.skip("C++ kernels could not be built here")
+    return cpu_ext.load()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_matches_reference_every_m(ext, isa_level, case, dtype):
+    parts, k = make(case, seed=3)
+    qw = kquant.from_gguf(parts, k)
+    x = torch.randn(16, k).to(dtype)
+    bias = torch.randn(qw.shape[0])
+    full = cpu_ext.quant_linear(x, qw, bias)
+    for m in range(1, 17):
+        y = cpu_ext.quant_linear(x[:m], qw, bias)
+        ref = quant_linear_a8_ref(x[:m], qw, bias).float()
+        tol = _bound(x[:m], qw, dtype)
+        if dtype == torch.bfloat16:
+            tol = tol + ref.abs() * 2.0**-7
+        assert ((y.float() - ref).abs() <= tol).all(), (m, (y.float() - ref).abs().max())
+        assert torch.equal(y, full[:m]), f"row results depend on M={m}"
+
+
+def test_levels_agree_bitwise(ext):
+    """Same integer sums and fp32 operations on every path: the same bits at every level."""
+    parts, k = make("fused-mixed", seed=5)
+    qw = kquant.from_gguf(parts, k)
+    x = torch.randn(7, k)
+    levels = [lv for lv in (1, 3) if lv <= cpu_ext.detected_level()]
+    outs = [cpu_ext.quant_linear(x, qw, at_level=lv) for lv in levels]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_large_m_and_strided_rows(ext):
+    parts, k = make("q4k", seed=7)
+    qw = kquant.from_gguf(parts, k)
+    x = torch.randn(40, 2 * k)[:, ::2]  # non-unit stride: the wrapper makes it contiguous
+    y = cpu_ext.quant_linear(x, qw)
+    assert torch.equal(y[:16], cpu_ext.quant_linear(x[:16].contiguous(), qw))
+    ref = quant_linear_a8_ref(x.contiguous(), qw)
+    assert ((y - ref).abs() <= _bound(x, qw, torch.float32)).all()

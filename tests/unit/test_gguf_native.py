@@ -1,0 +1,44 @@
+"""`--weights gguf` loading (weights/gguf_native.py): the file's Q4_K / Q6_K linears are packed
+from its blocks, fused in the model's row order (llama Q/K rows un-permuted), and their dequantized
+values are the file's, bit for bit; a forward runs through the K-quant kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from swiftspec.config import LoadConfig
+from swiftspec.kernels.quant import QuantWeight, dequantize
+from swiftspec.runtime import load_target
+from swiftspec.testing import make_tiny_checkpoint, write_gguf
+from swiftspec.weights.gguf import GGUFCheckpoint
+
+pytest.importorskip("gguf")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_gguf_linears_are_the_files_blocks(arch: str, tmp_path: Path, tmp_cache: Path) -> None:
+    hf = make_tiny_checkpoint(tmp_path / "hf", arch=arch, hidden_size=256, num_layers=1, num_heads=4,
+                              num_kv_heads=2, intermediate_size=512, tie_word_embeddings=False)
+    path = write_gguf(hf, tmp_path / "m.gguf", "Q4_K")
+    model = load_target(str(path), LoadConfig(dtype="bfloat16", weights="gguf")).model
+    file = dict(GGUFCheckpoint(path).tensors(torch.float32))  # dequantized by gguf-py, HF names and order
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    fused = {
+        attn.qkv_proj: ["q_proj", "k_proj", "v_proj"], attn.o_proj: ["o_proj"],
+        mlp.gate_up_proj: ["gate_proj", "up_proj"], mlp.down_proj: ["down_proj"],
+    }
+    for module, parts in fused.items():
+        qw = module.weight
+        assert isinstance(qw, QuantWeight) and qw.fmt == ("q6k" if {"v_proj", "down_proj"} & set(parts) else "q4k")
+        prefix = "model.layers.0.self_attn." if parts[0].endswith(("q_proj", "o_proj")) else "model.layers.0.mlp."
+        want = torch.cat([file[f"{prefix}{p}.weight"] for p in parts])
+        assert torch.equal(dequantize(qw), want), parts
+    assert model.lm_head.weight.fmt == "q4k"
+    assert torch.equal(dequantize(model.lm_head.weight), file["lm_head.weight"])
+    pos = torch.arange(5)
+    hidden = model(torch.arange(5), pos, model.new_cache(8), pos, torch.ones(5, 5, dtype=torch.bool).tril())
+    assert np.isfinite(model.logits(hidden).float().numpy()).all()
