@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
 
