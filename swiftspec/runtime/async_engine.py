@@ -188,7 +188,7 @@ class AsyncEngine:
         rng = make_generator(params.seed, self.verifier.runner.device)
         limit = self.limits.prefill(len(prompt))  # the first round also waits for the draft's prefill
         with self.watchdog.watch("the prefill", limit):
-            first = self._prefill(prompt, params, rng, depth)
+            first = self._prefill(prompt, params, rng, depth, timeline)
         try:
             out = req.emit(first)
             if out:
@@ -208,7 +208,8 @@ class AsyncEngine:
             raise
         self._end(timeline, flow, req.stats, limit)
 
-    def _prefill(self, prompt: list[int], params: SamplingParams, rng: torch.Generator, depth: int) -> list[int]:
+    def _prefill(self, prompt: list[int], params: SamplingParams, rng: torch.Generator, depth: int,
+                 timeline: Timeline) -> list[int]:
         """Prefill the target (its followers too) and pick the first token; Start the draft on it."""
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
