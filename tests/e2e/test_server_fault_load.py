@@ -73,6 +73,7 @@ def test_one_worker_kill_under_load_loses_no_request(tiny_qwen_dir: Path, tiny_d
             assert (o.text, o.finish_reason) == (expected[o.prompt].text, expected[o.prompt].finish_reason), o
         else:
             assert "died" in o.error.message and o.sent_at < killed_at, o
+    print(f"\nload with one kill: {len(outcomes) - len(failed)} full answers, {len(failed)} errors")
     assert len(failed) <= 1  # only the request that was running when the worker died
     after = [o for o in outcomes if o.sent_at > killed_at]
     assert after and all(o.error is None for o in after)
