@@ -20,10 +20,10 @@ def machine_info(threads: int) -> dict:
     """CPU model, cores, threads, library versions, git commit, date and the command line."""
     import transformers
 
-    from swiftspec.kernels.capability import capability
+    from swiftspec.kernels.capability import capability, cpu_model
 
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "threads": threads,
         "platform": platform.platform(),
@@ -36,16 +36,6 @@ def machine_info(threads: int) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _git_commit() -> str | None:

@@ -70,7 +70,8 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("unknown" elsewhere)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -85,7 +86,7 @@ def capability() -> Capability:
     flags = cpu_flags()
     paths = {op: cpu_ext.LEVEL_NAMES[lv] if lv else "torch" for op, lv in cpu_ext.kernel_paths().items()}
     cap = os.environ.get(cpu_ext.ISA_ENV) or None
-    return Capability(cpu=_cpu_model(), features=[f for f in FEATURES if f in flags],
+    return Capability(cpu=cpu_model(), features=[f for f in FEATURES if f in flags],
                       detected_level=cpu_ext.LEVEL_NAMES[cpu_ext.detected_level()], level=cpu_ext.isa(),
                       cap=cap, paths=paths, threads=torch.get_num_threads())
 
