@@ -68,15 +68,28 @@ def _build() -> ModuleType:
     return ext
 
 
+def _building_in(build: Path) -> bool:
+    """True if a process runs in the build directory (ninja and the compiler do while building)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == build:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _clear_stale_lock(lock: Path) -> None:
     """torch's JIT build waits forever on the lock file of a build that was killed (Ctrl-C during
-    the first start); a build takes minutes, so a lock untouched for STALE_LOCK_S is dead."""
+    the first start): a lock older than a minute with no compiler running in the build directory,
+    or older than STALE_LOCK_S in any case, is dead."""
     try:
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-            lock.unlink()
-            warnings.warn(f"swiftspec: removed the stale build lock {lock}", RuntimeWarning, stacklevel=3)
+        age = time.time() - lock.stat().st_mtime
     except FileNotFoundError:
-        pass
+        return
+    if age > STALE_LOCK_S or (age > 60 and not _building_in(lock.parent.resolve())):
+        lock.unlink(missing_ok=True)
+        warnings.warn(f"swiftspec: removed the stale build lock {lock}", RuntimeWarning, stacklevel=3)
 
 
 def load() -> ModuleType | None:
