@@ -191,3 +191,19 @@ def test_bad_arguments() -> None:
         kernels.quantize_int8(torch.randn(16, 96), 48)
     with pytest.raises(ValueError, match="format"):
         kernels.quantize_linear_(nn.Linear(64, 16), "int2")
+
+
+def test_a_dead_builds_lock_is_cleared(tmp_path) -> None:
+    """A killed first build leaves torch's lock file behind; the next start must not wait on it."""
+    import os
+    import time
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    cpu_ext._clear_stale_lock(lock)
+    assert lock.exists()  # fresh: a build may be starting
+    old = time.time() - 300
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="stale build lock"):
+        cpu_ext._clear_stale_lock(lock)
+    assert not lock.exists()  # no compiler runs in tmp_path
