@@ -31,6 +31,7 @@
 
 #include <cstring>
 
+#include "avx2_util.h"
 #include "kernels.h"
 
 namespace swiftspec {
@@ -51,13 +52,6 @@ inline const uint16_t* pad_chunk(const uint16_t* p, int64_t n, uint16_t* buf) {
   std::memset(buf, 0, kChunk * sizeof(uint16_t));
   std::memcpy(buf, p, n * sizeof(uint16_t));
   return buf;
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // fp32 -> bf16, round to nearest even (as torch does for finite values).
@@ -134,7 +128,7 @@ void block(const Bf16Gemm& g, const float* xs, int64_t n0, int64_t r0) {
   for (int c = 0; c < C; ++c) {
     const float b = g.bias ? g.bias[n0 + c] : 0.f;
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) g.out[(r0 + r) * g.ldo + n0 + c] = to_bf16(hsum(acc[c][r]) + b);
+    for (int r = 0; r < R; ++r) g.out[(r0 + r) * g.ldo + n0 + c] = to_bf16(hsum8(acc[c][r]) + b);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "avx2_util.h"
 #include "kernels.h"
 
 namespace swiftspec {
@@ -26,14 +27,6 @@ namespace {
 
 constexpr int kFlushSteps = 4;  // int4: k-steps (of 8 k) a 16-bit accumulator takes before widening
 constexpr int H = 2;            // ymm halves of a 16-channel tile (8 channels each)
-
-inline __m256 load8(const void* x, bool bf16, int64_t i) {
-  if (bf16) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  return _mm256_loadu_ps(static_cast<const float*>(x) + i);
-}
 
 inline float hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -88,13 +81,6 @@ inline __m256i bcast4(const void* p) {  // the 4 bytes at p in every 32-bit lane
   return _mm256_set1_epi32(v);
 }
 
-inline __m256i to_bf16(__m256 y) {
-  __m256i u = _mm256_castps_si256(y);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-  return _mm256_srli_epi32(u, 16);
-}
-
 // Writes rows [r0, r0 + R) of tile t from acc (fp32 [R][H][8]) plus bias.
 template <int R>
 void store(const OutSpec& o, int64_t t, int64_t r0, const __m256 (&acc)[R][H]) {
@@ -102,23 +88,8 @@ void store(const OutSpec& o, int64_t t, int64_t r0, const __m256 (&acc)[R][H]) {
     const int64_t n0 = t * kTileN + 8 * hh;
     const int64_t n = std::min<int64_t>(8, o.N - n0);
     if (n <= 0) return;
-    alignas(32) float b[8] = {};
-    if (o.bias) std::memcpy(b, o.bias + n0, n * sizeof(float));
-    for (int r = 0; r < R; ++r) {
-      const __m256 y = _mm256_add_ps(acc[r][hh], _mm256_load_ps(b));
-      const int64_t off = (r0 + r) * o.ldo + n0;
-      if (o.bf16) {
-        alignas(16) uint16_t v[8];
-        const __m256i p = to_bf16(y);
-        _mm_store_si128(reinterpret_cast<__m128i*>(v),
-                        _mm_packus_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
-        std::memcpy(static_cast<uint16_t*>(o.out) + off, v, n * 2);
-      } else {
-        alignas(32) float f[8];
-        _mm256_store_ps(f, y);
-        std::memcpy(static_cast<float*>(o.out) + off, f, n * 4);
-      }
-    }
+    const __m256 b = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) store8(o.out, o.bf16, (r0 + r) * o.ldo + n0, _mm256_add_ps(acc[r][hh], b), n);
   }
 }
 
