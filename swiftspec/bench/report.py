@@ -93,7 +93,8 @@ def markdown(report: dict) -> str:
         "",
         f"{mach['cpu']}, {mach['cores']} cores, {mach['threads']} threads; torch {mach['torch']}, "
         f"transformers {mach['transformers']}; commit `{mach['git_commit']}`; {mach['date']}.",
-        f"{s['prompts']} prompts from {s['dataset']}, {s['max_tokens']} new tokens, temperature "
+        f"{s['prompts']} prompts from {s['dataset']}"
+        f"{' (chat template)' if s.get('chat_template') else ''}, {s['max_tokens']} new tokens, temperature "
         f"{s['temperature']}, seed {s['seed']}, {s['warmup']} warm-up runs per mode; measured read bandwidth "
         f"{report['bandwidth_gb_s']:.1f} GB/s.",
         "",
