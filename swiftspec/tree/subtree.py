@@ -37,7 +37,7 @@ def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spen
         raise ValueError(f"a subtree holds at least the root, got size {size}")
     mask = ancestor_mask(tree)  # [N, N]
     inf = torch.tensor(float("inf"), device=mask.device)
-    key = torch.where(mask, tree.weights, inf).amin(-1)
+    key = torch.where(mask, tree.weights, inf).amin(-1)  # path_key, reusing the mask
     ranked = key.sort(descending=True, stable=True)
     nodes = ranked.indices[:size]  # [n] best first
     if costs is not None:
