@@ -23,12 +23,17 @@ class TreeConfig:
     chain_length: int = 4  # k: draft tokens per round in chain mode
     adaptive: int = 1  # serial tree: 1 = skip leaves not worth a draft forward (ends rounds early), 0 = off
     adaptive_verify: int = 1  # serial tree with adaptive rounds: 1 = verify only nodes worth their rows, 0 = all bs
+    lookup: int = 1  # 1 = add prompt-lookup (n-gram) candidates to the tree as branches, 0 = off
+    lookup_tokens: int = 8  # most tokens of one lookup candidate
+    lookup_branches: int = 3  # most distinct continuations grafted per lookup
+    lookup_ngram: int = 4  # longest n-gram matched against the prompt and output (down to 1)
 
     def __post_init__(self) -> None:
-        for name in ("width", "verify_size", "topk", "budget", "chain_length"):
+        for name in ("width", "verify_size", "topk", "budget", "chain_length", "lookup_tokens",
+                     "lookup_branches", "lookup_ngram"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("adaptive", "adaptive_verify"):
+        for name in ("adaptive", "adaptive_verify", "lookup"):
             if getattr(self, name) not in (0, 1):
                 raise ConfigError(f"tree setting {name} must be 0 or 1, got {getattr(self, name)}")
         if self.depth < 0:
@@ -56,6 +61,7 @@ class LoadConfig:
 
 
 MODES = ("ar", "chain", "tree", "async")
+NO_DRAFT = "none"  # --draft-model none: no draft model, the tree holds prompt-lookup candidates only
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +70,7 @@ class EngineConfig:
 
     mode: str = "ar"
     target: str = "qwen2.5-coder-1.5b-instruct"  # bundled name, .gguf path or HF dir
-    draft: str = "qwen2.5-coder-0.5b-instruct"  # unused by mode "ar"
+    draft: str = "qwen2.5-coder-0.5b-instruct"  # unused by mode "ar"; NO_DRAFT: prompt lookup alone drafts
     target_load: LoadConfig = LoadConfig()
     draft_load: LoadConfig = LoadConfig()
     tree: TreeConfig = TreeConfig()
@@ -79,6 +85,8 @@ class EngineConfig:
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES)})")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
+        if self.draft == NO_DRAFT and self.mode != "ar" and not self.tree.lookup:
+            raise ConfigError("--draft-model none drafts by prompt lookup alone; it needs --lookup 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,9 @@ The tree's root is the last verified token. A node is *expanded* once the draft 
 on it: its KV then sits in the cache's tree region and its children are in the tree. After each
 verification the drafter re-roots at the last verified token, commits the accepted path's KV to the
 prefix and compacts the surviving subtree; only a verified token that was never expanded (at most
-one per round, the *pending* token) is recomputed, folded into the next forward.
+one per round, the *pending* token, or a run of grafted lookup nodes) is recomputed, folded into
+the next forward.  With prompt lookup on, the continuations of the verified text are grafted at
+each new root (draft/lookup.py); the draft expands them like its own nodes once they rank high.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import TreeConfig
+from swiftspec.draft.lookup import PromptLookup
 from swiftspec.draft.vocab import pruned_vocab
 from swiftspec.runtime.cuda_graph import attach
 from swiftspec.runtime.runner import ModelRunner, causal_mask
@@ -48,6 +51,7 @@ class TreeDrafter:
         self.tree: TokenTree = new_tree(0)
         self.pending: list[int] = []  # verified tokens whose draft KV is missing
         self.params = SamplingParams()
+        self.lookup = PromptLookup(cfg) if cfg.lookup else None
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
         """Begin a request: prefill the prompt and plant a tree at the first generated token."""
@@ -56,6 +60,9 @@ class TreeDrafter:
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
+        if self.lookup is not None:
+            self.lookup.start(prompt + [root], params)
+            self.tree = self.lookup.graft(self.tree, self.cfg.budget)
 
     @property
     def size(self) -> int:
@@ -76,13 +83,14 @@ class TreeDrafter:
                 return done
         return expansions
 
-    def expand(self, focus: int = 0, min_weight: float = -math.inf) -> bool:
+    def expand(self, focus: int = 0, min_weight: float = -math.inf, width: int = 0) -> bool:
         """One draft forward over the w best unexpanded leaves (those that can still join the
-        best `focus`-node subtree, if focus > 0, and weigh at least min_weight); adds their
-        top-k children.  False if there was nothing to expand (or no room)."""
+        best `focus`-node subtree, if focus > 0, and weigh at least min_weight; width > 0 takes
+        that many instead of w); adds their top-k children.  False if there was nothing to
+        expand (or no room)."""
         if self.size >= self.cfg.budget:
             return False
-        leaves = select_leaves(self.tree, self.cfg.width, focus, min_weight)  # [n <= w]
+        leaves = select_leaves(self.tree, width or self.cfg.width, focus, min_weight)  # [n <= w]
         if leaves.numel() == 0 or self.runner.kv.kv_len + leaves.numel() + len(self.pending) > self.runner.cache.max_len:
             return False
         kv = self.runner.kv
@@ -104,7 +112,8 @@ class TreeDrafter:
         child_tokens, child_logprobs = topk_children(logprobs, self.cfg.topk)  # [n, k]
         if self.vocab_map is not None:
             child_tokens = self.vocab_map[child_tokens]
-        self.tree = grow(self.tree, leaves, child_tokens, child_logprobs, self.cfg.budget)
+        merge = self.lookup is not None  # a leaf may hold grafted children already
+        self.tree = grow(self.tree, leaves, child_tokens, child_logprobs, self.cfg.budget, merge=merge)
         return True
 
     def _pending_inputs(self) -> "_Pending | None":
@@ -129,6 +138,9 @@ class TreeDrafter:
         step = reroot(self.tree, emitted)
         self.pending += self.runner.kv.reroot(self.tree, step, emitted)
         self.tree = step.tree if step.tree is not None else new_tree(emitted[-1], self.runner.device)
+        if self.lookup is not None:
+            self.lookup.observe(step, emitted)
+            self.tree = self.lookup.graft(self.tree, self.cfg.budget)
 
 
 class _Pending:

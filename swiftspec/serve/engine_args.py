@@ -20,6 +20,10 @@ _TREE_HELP = {
     "adaptive": "serial tree: 1 = expand only leaves whose draft probability repays a forward, 0 = always d",
     "adaptive_verify": "serial tree with --adaptive 1: 1 = verify only the subtree nodes that repay their rows, "
                        "0 = always bs",
+    "lookup": "1 = add prompt-lookup (n-gram) candidates from the prompt and output to the tree, 0 = off",
+    "lookup_tokens": "most tokens of one prompt-lookup candidate",
+    "lookup_branches": "most distinct prompt-lookup continuations per round",
+    "lookup_ngram": "longest n-gram that prompt lookup matches",
 }
 
 
@@ -33,7 +37,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     if with_mode:
         parser.add_argument("--mode", choices=MODES, default="ar", help="decoding engine (default: ar)")
     parser.add_argument("--model", default=defaults.target, help="target: bundled name, .gguf file or HF dir")
-    parser.add_argument("--draft-model", default=defaults.draft, help="draft: bundled name, .gguf file or HF dir")
+    parser.add_argument("--draft-model", default=defaults.draft,
+                        help="draft: bundled name, .gguf file, HF dir, or none (prompt lookup alone drafts)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
     parser.add_argument("--weights", choices=("bf16", "int8", "int4"), default="bf16", help="target weight format")
