@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from swiftspec.config import EngineConfig, LoadConfig
+from swiftspec.config import NO_DRAFT, EngineConfig, LoadConfig
 from swiftspec.errors import UserError
 from swiftspec.parallel.groups import Groups, Layout, init_groups, pin, pinned, plan_cores
 from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, choose_depth
@@ -258,7 +258,6 @@ def _worker_entry(index: int, config: EngineConfig, layout: Layout, init_method:
 
 
 def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str) -> None:
-    from swiftspec.draft import build_drafter
     from swiftspec.runtime.async_worker import GroupIO, draft_loop, target_follower_loop
 
     groups = init_groups(layout, rank, _backend(config), init_method, INIT_TIMEOUT_S)
@@ -270,15 +269,24 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, init_method: str
     link = DistTransport(groups.peer_leader) if groups.is_leader else None
     io = GroupIO(link, group)
     if groups.role == "draft":
-        draft = _load_for_rank(config.draft, config.draft_load, groups)
-        drafter = build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
-                                config.draft_load.weights)
+        drafter = _make_drafter(config, groups)
         # The target waits while a lone draft rank prefills the prompt: it may use every core then.
         draft_loop(drafter, io, config.tree.verify_size, all_cores if on_cpu and layout.draft_tp == 1 else None)
     else:
         target = _load_for_rank(config.target, config.target_load, groups)
         target_follower_loop(TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size), io)
     dist.destroy_process_group()
+
+
+def _make_drafter(config: EngineConfig, groups: Groups):
+    """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
+    from swiftspec.draft import LookupDrafter, build_drafter
+
+    if config.draft == NO_DRAFT:
+        return LookupDrafter(config.tree)
+    draft = _load_for_rank(config.draft, config.draft_load, groups)
+    return build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
+                         config.draft_load.weights)
 
 
 def _die_with_parent() -> None:

@@ -51,8 +51,15 @@ def draft_loop(drafter: TreeDrafter, io: GroupIO, verify_size: int, prefill_core
 
 
 def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, bs: int, prefill_cores: list[int] | None) -> None:
-    """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send."""
+    """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send.
+
+    Re-rooting also grafts the prompt-lookup continuations at the new root, so a tree that the
+    draft could not grow in time (the walk left it) still goes deep; the top-up expands only the
+    root.  A seeded sampled request always runs all d expansions: the tree's shape decides which
+    random draws verification makes, so it must not depend on when the verified tokens arrive."""
     timeline = Timeline()
+    params = start.params
+    stop = None if params.seed is not None and not params.greedy else io.ready
     with pinned(prefill_cores) if prefill_cores else contextlib.nullcontext():
         with timeline.span("prefill"):
             drafter.start(start.prompt.tolist(), start.first_token, start.params)
@@ -61,16 +68,16 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, bs: int, pre
     _send_tree(drafter, io, bs, timeline)
     while True:
         with timeline.span("expand"):
-            drafter.draft(start.depth, stop=io.ready)  # overlaps the target's verification
+            drafter.draft(start.depth, stop=stop)  # overlaps the target's verification
         with timeline.span("wait_verified"):
             msg = io.recv()
         if not isinstance(msg, Verified) or msg.stop:
             break
         with timeline.span("reroot"):
             drafter.advance(msg.tokens.tolist())
-        if drafter.size < bs:
+        if drafter.size < bs or not drafter.tree.expanded[0]:
             with timeline.span("topup"):
-                drafter.expand()
+                drafter.expand(width=1)
         _send_tree(drafter, io, bs, timeline)
     io.send(Profile(seconds=timeline.busy_seconds(), events=timeline.as_tensor()))
 
