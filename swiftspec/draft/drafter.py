@@ -127,11 +127,12 @@ class TreeDrafter:
         self.pending = []
         return _Pending(tokens, slots, causal_mask(start, tokens.numel(), device))
 
-    def subtree(self, size: int, costs: torch.Tensor | None = None, spent_s: float = 0.0) -> Subtree:
+    def subtree(self, size: int, costs: torch.Tensor | None = None, spent_s: float = 0.0,
+                trust: float = 1.0) -> Subtree:
         """The best `size`-node subtree at the root, for the target to verify; with the target's
         costs [size] (seconds to verify 1..size nodes), only the part that repays them
-        (tree.best_size; spent_s: the round's other time)."""
-        return select_subtree(self.tree, size, costs, spent_s)
+        (tree.best_size; spent_s: the round's other time; trust scales path probabilities)."""
+        return select_subtree(self.tree, size, costs, spent_s, trust)
 
     def advance(self, emitted: list[int]) -> None:
         """Re-root at the last emitted token: commit the accepted path, compact the survivors."""

@@ -133,8 +133,9 @@ class LookupDrafter:
     def expand(self, focus: int = 0, min_weight: float = -math.inf, width: int = 0) -> bool:
         return False
 
-    def subtree(self, size: int, costs: torch.Tensor | None = None, spent_s: float = 0.0) -> Subtree:
-        return select_subtree(self.tree, size, costs, spent_s)
+    def subtree(self, size: int, costs: torch.Tensor | None = None, spent_s: float = 0.0,
+                trust: float = 1.0) -> Subtree:
+        return select_subtree(self.tree, size, costs, spent_s, trust)
 
     def advance(self, emitted: list[int]) -> None:
         step = reroot(self.tree, emitted)
