@@ -74,7 +74,7 @@ class EngineConfig:
     target_load: LoadConfig = LoadConfig()
     draft_load: LoadConfig = LoadConfig()
     tree: TreeConfig = TreeConfig()
-    draft_vocab: int = 32768  # pruned draft LM head size (0 = full vocabulary)
+    draft_vocab: int = 32768  # pruned draft LM head size (0 = full vocabulary); requests it does not cover use the full
     target_tp: int = 1
     draft_tp: int = 1
     draft_cores: int = 0  # async on CPU: threads of the draft group (0 = half the cores)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft.ngram import AcceptRates, NgramIndex, RateKey
+from swiftspec.draft.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
 from swiftspec.sampling import SamplingParams
-from swiftspec.tree import Reroot, Subtree, TokenTree, graft, new_tree, reroot, select_subtree
+from swiftspec.tree import Reroot, Subtree, TokenTree, graft, new_tree, reroot, reweight, select_subtree
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +91,23 @@ class PromptLookup:
                     trie.keys.append(self.rates.key(cont.n, depth, alternative))
                 at = node
         return trie
+
+    def expanding(self, tree: TokenTree, leaves: list[int], child_tokens: list[list[int]]) -> TokenTree:
+        """The draft is about to add its top-k children (child_tokens[i], [k] ids, best first)
+        under leaves[i]: a grafted child of those leaves is now one the draft ranks first, lower, or
+        not at all, and takes that rate (a proposed one then merges with the draft's child, keeping
+        the larger log-prob)."""
+        proposed = {leaf: row for leaf, row in zip(leaves, child_tokens)}
+        nodes, logprobs = [], []
+        for node, rec in self.records.items():
+            if rec.parent in proposed and rec.key.draft == 0:
+                row = proposed[rec.parent]
+                state = AGREED if rec.token == row[0] else SECONDARY if rec.token in row else DISAGREED
+                key = RateKey(rec.key.n, rec.key.depth, rec.key.alternative, state)
+                self.records[node] = _Record(rec.parent, rec.token, key)
+                nodes.append(node)
+                logprobs.append(self.rates.logprob(key))
+        return reweight(tree, nodes, logprobs) if nodes else tree
 
     def observe(self, step: Reroot, emitted: list[int]) -> None:
         """After a verification: score the grafted nodes whose parent was verified (the token that

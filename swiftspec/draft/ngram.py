@@ -62,11 +62,17 @@ class NgramIndex:
 @dataclass(frozen=True, slots=True)
 class RateKey:
     """Which rate a candidate token gets: its match length n, its depth in the continuation
-    (1 = the root's child), and whether another candidate came first at its parent."""
+    (1 = the root's child), whether another candidate came first at its parent, and what the
+    draft said once it expanded that parent (UNSEEN; AGREED: its first choice; SECONDARY: among
+    its other top-k children; DISAGREED: not among them)."""
 
     n: int
     depth: int
     alternative: bool
+    draft: int = 0
+
+
+UNSEEN, AGREED, SECONDARY, DISAGREED = 0, 1, 2, 3  # RateKey.draft
 
 
 def prior_rate(key: RateKey) -> float:
@@ -74,7 +80,8 @@ def prior_rate(key: RateKey) -> float:
     accepted, so the copy is under way) are likelier; an alternative is half as likely."""
     base = {1: 0.15, 2: 0.3, 3: 0.4}.get(key.n, 0.5)
     rate = min(0.8, base + 0.15 * (key.depth - 1))
-    return rate / 2 if key.alternative else rate
+    rate = rate / 2 if key.alternative else rate
+    return {UNSEEN: rate, AGREED: min(0.9, 1.5 * rate), SECONDARY: rate / 2, DISAGREED: rate / 8}[key.draft]
 
 
 @dataclass(slots=True)

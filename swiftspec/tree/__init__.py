@@ -1,6 +1,6 @@
 """Token trees: the TokenTree type, growth, grafting, subtree selection, draft masks and re-rooting (pure)."""
 
-from swiftspec.tree.graft import Graft, graft
+from swiftspec.tree.graft import Graft, graft, reweight
 from swiftspec.tree.grow import grow, sample_children, select_leaves, topk_children
 from swiftspec.tree.reroot import Reroot, reroot
 from swiftspec.tree.subtree import Subtree, best_size, draft_mask, select_subtree
@@ -37,6 +37,7 @@ __all__ = [
     "path_weights",
     "positions",
     "reroot",
+    "reweight",
     "sample_children",
     "select_leaves",
     "select_subtree",

@@ -24,6 +24,15 @@ class Graft:
     nodes: Tensor  # [m] int64 tree index of each candidate (appended or merged), -1 where it did not fit
 
 
+def reweight(tree: TokenTree, nodes: list[int], logprobs: list[float]) -> TokenTree:
+    """The tree with new log-probs at `nodes` (the weights recomputed as path sums)."""
+    index = torch.tensor(nodes, dtype=torch.int64, device=tree.tokens.device)
+    values = torch.tensor(logprobs, dtype=torch.float32, device=tree.tokens.device)
+    new = tree.logprobs.index_put((index,), values)
+    return TokenTree(tokens=tree.tokens, parents=tree.parents, logprobs=new,
+                     weights=path_weights(tree.parents, new), expanded=tree.expanded)
+
+
 def graft(
     tree: TokenTree,
     parents: Tensor,  # [m] int64: a tree index (< N), or N + j for candidate j < i
