@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.draft import LookupDrafter, PromptLookup
@@ -90,3 +91,19 @@ def test_lookup_drafter_drafts_by_lookup_alone() -> None:
     assert sub.tokens.tolist() == [3, 1, 2, 3]  # ... 1 2 3 -> 1 2 3, the whole text after the match
     drafter.advance([1, 2, 9])
     assert drafter.tree.tokens[0] == 9
+
+
+def test_expansion_tells_which_candidates_the_draft_agrees_with() -> None:
+    from swiftspec.draft.ngram import AGREED, DISAGREED, SECONDARY
+
+    cfg = TreeConfig(lookup_tokens=1, lookup_branches=3)
+    lookup = PromptLookup(cfg)
+    lookup.start([5, 6, 5, 7, 5, 8, 5], SamplingParams())  # after 5: 8, 7 or 6
+    tree = lookup.graft(new_tree(5), cfg.budget)
+    assert sorted(tree.tokens.tolist()[1:]) == [6, 7, 8]
+    tree = lookup.expanding(tree, [0], [[8, 6, 1]])  # the draft ranks 8 first, 6 lower, 7 not at all
+    states = {rec.token: rec.key.draft for rec in lookup.records.values()}
+    assert states == {8: AGREED, 6: SECONDARY, 7: DISAGREED}
+    by_token = dict(zip(tree.tokens.tolist(), tree.logprobs.tolist()))
+    assert by_token[8] > by_token[6] > by_token[7]
+    assert torch.allclose(tree.weights, tree.logprobs)  # depth 1: weights are the log-probs
