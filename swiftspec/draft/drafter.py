@@ -5,10 +5,11 @@ on it: its KV then sits in the cache's tree region and its children are in the t
 verification the drafter re-roots at the last verified token, commits the accepted path's KV to the
 prefix and compacts the surviving subtree; only a verified token that was never expanded (at most
 one per round, the *pending* token, or a run of grafted lookup nodes) is recomputed, folded into
-the next forward.  A pruned head serves a request only while its text stays inside the pruned
-vocabulary (the prompt, then every verified token); past that the request drafts with the full
-head, so a workload the table does not cover (chat, other languages) loses no acceptance.  With prompt lookup on, the continuations of the verified text are grafted at
+the next forward.  With prompt lookup on, the continuations of the verified text are grafted at
 each new root (draft/lookup.py); the draft expands them like its own nodes once they rank high.
+A pruned head serves a request only while its text stays inside the pruned vocabulary (the
+prompt, then every verified token); past that the request drafts with the full head, so a
+workload the table does not cover (chat, other languages) loses no acceptance.
 """
 
 from __future__ import annotations
