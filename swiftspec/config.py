@@ -12,6 +12,7 @@ class ConfigError(UserError, ValueError):
 
 
 MODES = ("ar", "chain", "tree", "async")
+NO_DRAFT = "none"  # --draft-model none: no draft model, the tree holds prompt-lookup candidates only
 AUTO = "auto"  # choose among MODES by a cached profile of this machine and model pair (runtime/auto)
 WEIGHT_FORMATS = ("bf16", "int8", "int4")
 
@@ -28,12 +29,17 @@ class TreeConfig:
     chain_length: int = 4  # k: draft tokens per round in chain mode
     adaptive: int = 1  # serial tree: 1 = skip leaves not worth a draft forward (ends rounds early), 0 = off
     adaptive_verify: int = 1  # serial tree with adaptive rounds: 1 = verify only nodes worth their rows, 0 = all bs
+    lookup: int = 1  # 1 = add prompt-lookup (n-gram) candidates to the tree as branches, 0 = off
+    lookup_tokens: int = 8  # most tokens of one lookup candidate
+    lookup_branches: int = 3  # most distinct continuations grafted per lookup
+    lookup_ngram: int = 4  # longest n-gram matched against the prompt and output (down to 1)
 
     def __post_init__(self) -> None:
-        for name in ("width", "verify_size", "topk", "budget", "chain_length"):
+        for name in ("width", "verify_size", "topk", "budget", "chain_length", "lookup_tokens",
+                     "lookup_branches", "lookup_ngram"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("adaptive", "adaptive_verify"):
+        for name in ("adaptive", "adaptive_verify", "lookup"):
             if getattr(self, name) not in (0, 1):
                 raise ConfigError(f"tree setting {name} must be 0 or 1, got {getattr(self, name)}")
         if self.depth < 0:
@@ -86,11 +92,11 @@ class EngineConfig:
 
     mode: str = "ar"  # one of MODES, or AUTO
     target: str = "qwen2.5-coder-1.5b-instruct"  # bundled name, .gguf path or HF dir
-    draft: str = "qwen2.5-coder-0.5b-instruct"  # unused by mode "ar"
+    draft: str = "qwen2.5-coder-0.5b-instruct"  # unused by mode "ar"; NO_DRAFT: prompt lookup alone drafts
     target_load: LoadConfig = LoadConfig()
     draft_load: LoadConfig = LoadConfig()
     tree: TreeConfig = TreeConfig()
-    draft_vocab: int = 32768  # pruned draft LM head size (0 = full vocabulary)
+    draft_vocab: int = 32768  # pruned draft LM head size (0 = full vocabulary); requests it does not cover use the full
     target_tp: int = 1
     draft_tp: int = 1
     draft_cores: int = 0  # async on CPU: threads of the draft group (0 = half the cores)
@@ -105,6 +111,8 @@ class EngineConfig:
             raise ConfigError("tensor-parallel sizes must be >= 1")
         if not self.worker_timeout >= 0:
             raise ConfigError(f"worker timeout must be >= 0 seconds, got {self.worker_timeout}")
+        if self.draft == NO_DRAFT and self.mode != "ar" and not self.tree.lookup:
+            raise ConfigError("--draft-model none drafts by prompt lookup alone; it needs --lookup 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

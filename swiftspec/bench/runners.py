@@ -16,7 +16,7 @@ import torch
 
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, model_args, our_weight_bytes
-from swiftspec.config import EngineConfig, TreeConfig
+from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
 
 
@@ -62,7 +62,7 @@ def resolve_sources(base: EngineConfig, specs: list[ModeSpec]) -> Sources:
     """Local paths of the pair (pulling bundled models if needed); the draft only when a mode drafts."""
     from swiftspec.weights import resolve_source
 
-    needs_draft = any(s.speculative for s in specs)
+    needs_draft = base.draft != NO_DRAFT and any(s.speculative for s in specs)
     return Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
 
 
@@ -81,7 +81,9 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
     try:
         for spec in specs:
             print(f"bench: loading {spec.name}", file=sys.stderr)
-            if spec.kind == "ours":
+            if spec.kind != "ours" and spec.speculative and sources.draft is None:
+                lineup.skipped[spec.name] = "no draft model (--draft-model none)"
+            elif spec.kind == "ours":
                 _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args.temperature)
             elif spec.kind == "hf":
                 _add_hf(lineup, spec, args, hf_models, sources)
@@ -99,7 +101,8 @@ def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sou
     lineup.runners[spec.name] = EngineRunner(engine, temperature)
     load, dload = config.target_load, config.draft_load
     target_bytes = our_weight_bytes(model_args(sources.target), load.dtype, load.weights)
-    draft_bytes = our_weight_bytes(model_args(sources.draft), dload.dtype, dload.weights) if spec.speculative else 0
+    drafts = spec.speculative and sources.draft is not None
+    draft_bytes = our_weight_bytes(model_args(sources.draft), dload.dtype, dload.weights) if drafts else 0
     lineup.weight_bytes[spec.name] = WeightBytes(target_bytes, draft_bytes)
     fmt = load.dtype if load.weights == "bf16" else f"{load.weights} weights, {load.dtype} activations"
     lineup.backends[spec.name] = f"swiftspec {spec.variant} ({fmt})"

@@ -78,11 +78,12 @@ class TreeKV:
         prefix, the new root's subtree is compacted behind it, the rest is dropped.
 
         Returns the verified tokens (excluding the new root) whose KV was never computed, in
-        order: at most the last walked node when it was an unexpanded leaf, plus any emitted
-        tokens the walk could not follow. The caller recomputes exactly these.
+        order: the walked nodes that were never expanded (a trailing run: an unexpanded leaf, or
+        grafted lookup nodes), plus any emitted tokens the walk could not follow. The caller
+        recomputes exactly these.
         """
         path = step.path  # [m] old root .. last walked node before the new root
-        has_kv = tree.expanded[path]  # only a trailing leaf can lack KV
+        has_kv = tree.expanded[path]  # nodes are expanded ancestors first: only a trailing run lacks KV
         missing = tree.tokens[path[~has_kv]].tolist() + list(emitted[path.numel() - 1 : -1])
         if step.tree is None:
             survivors_old = path[:0]

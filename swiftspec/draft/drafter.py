@@ -4,7 +4,12 @@ The tree's root is the last verified token. A node is *expanded* once the draft 
 on it: its KV then sits in the cache's tree region and its children are in the tree. After each
 verification the drafter re-roots at the last verified token, commits the accepted path's KV to the
 prefix and compacts the surviving subtree; only a verified token that was never expanded (at most
-one per round, the *pending* token) is recomputed, folded into the next forward.
+one per round, the *pending* token, or a run of grafted lookup nodes) is recomputed, folded into
+the next forward.  With prompt lookup on, the continuations of the verified text are grafted at
+each new root (draft/lookup.py); the draft expands them like its own nodes once they rank high.
+A pruned head serves a request only while its text stays inside the pruned vocabulary (the
+prompt, then every verified token); past that the request drafts with the full head, so a
+workload the table does not cover (chat, other languages) loses no acceptance.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import TreeConfig
-from swiftspec.draft.vocab import pruned_vocab
+from swiftspec.draft.lookup import PromptLookup
+from swiftspec.draft.vocab import PROMPT_SLACK, pruned_vocab
 from swiftspec.runtime.cuda_graph import attach
 from swiftspec.runtime.runner import ModelRunner, causal_mask
 from swiftspec.sampling import SamplingParams, draft_logprobs
@@ -43,19 +49,32 @@ class TreeDrafter:
         self.cfg = cfg
         self.runner = ModelRunner(model, max_seq_len + cfg.budget + 8, max_nodes=cfg.budget, head=head)
         self.vocab_map = None if vocab is None else vocab.to(self.runner.device)  # draft row -> token id
+        self.pruned = (self.vocab_map, head)
+        self.inside = None if vocab is None else frozenset(vocab.tolist())  # ids the pruned head scores
         # CUDA graphs: w leaves, and w leaves behind the verified tokens still missing KV
         attach(self.runner, (cfg.width, cfg.width + cfg.verify_size + 1))
+        self.switchable = self.inside is not None and self.runner.graphs is None  # graphs keep their head
         self.tree: TokenTree = new_tree(0)
         self.pending: list[int] = []  # verified tokens whose draft KV is missing
         self.params = SamplingParams()
+        self.lookup = PromptLookup(cfg) if cfg.lookup else None
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
         """Begin a request: prefill the prompt and plant a tree at the first generated token."""
         self.runner.kv.reset()
+        if self.switchable:
+            self._use_pruned(_covers(self.inside, prompt + [root], PROMPT_SLACK))
         self.runner.prefill(prompt)
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
+        if self.lookup is not None:
+            self.lookup.start(prompt + [root], params)
+            self.tree = self.lookup.graft(self.tree, self.cfg.budget)
+
+    def _use_pruned(self, pruned: bool) -> None:
+        """Draft with the pruned head (its rows and their token ids) or the model's full head."""
+        self.vocab_map, self.runner.head = self.pruned if pruned else (None, None)
 
     @property
     def size(self) -> int:
@@ -76,13 +95,14 @@ class TreeDrafter:
                 return done
         return expansions
 
-    def expand(self, focus: int = 0, min_weight: float = -math.inf) -> bool:
+    def expand(self, focus: int = 0, min_weight: float = -math.inf, width: int = 0) -> bool:
         """One draft forward over the w best unexpanded leaves (those that can still join the
-        best `focus`-node subtree, if focus > 0, and weigh at least min_weight); adds their
-        top-k children.  False if there was nothing to expand (or no room)."""
+        best `focus`-node subtree, if focus > 0, and weigh at least min_weight; width > 0 takes
+        that many instead of w); adds their top-k children.  False if there was nothing to
+        expand (or no room)."""
         if self.size >= self.cfg.budget:
             return False
-        leaves = select_leaves(self.tree, self.cfg.width, focus, min_weight)  # [n <= w]
+        leaves = select_leaves(self.tree, width or self.cfg.width, focus, min_weight)  # [n <= w]
         if leaves.numel() == 0 or self.runner.kv.kv_len + leaves.numel() + len(self.pending) > self.runner.cache.max_len:
             return False
         kv = self.runner.kv
@@ -104,7 +124,10 @@ class TreeDrafter:
         child_tokens, child_logprobs = topk_children(logprobs, self.cfg.topk)  # [n, k]
         if self.vocab_map is not None:
             child_tokens = self.vocab_map[child_tokens]
-        self.tree = grow(self.tree, leaves, child_tokens, child_logprobs, self.cfg.budget)
+        merge = self.lookup is not None  # a leaf may hold grafted children already
+        if merge:
+            self.tree = self.lookup.expanding(self.tree, leaves.tolist(), child_tokens.tolist())
+        self.tree = grow(self.tree, leaves, child_tokens, child_logprobs, self.cfg.budget, merge=merge)
         return True
 
     def _pending_inputs(self) -> "_Pending | None":
@@ -118,17 +141,28 @@ class TreeDrafter:
         self.pending = []
         return _Pending(tokens, slots, causal_mask(start, tokens.numel(), device))
 
-    def subtree(self, size: int, costs: torch.Tensor | None = None, spent_s: float = 0.0) -> Subtree:
+    def subtree(self, size: int, costs: torch.Tensor | None = None, spent_s: float = 0.0,
+                trust: float = 1.0) -> Subtree:
         """The best `size`-node subtree at the root, for the target to verify; with the target's
         costs [size] (seconds to verify 1..size nodes), only the part that repays them
-        (tree.best_size; spent_s: the round's other time)."""
-        return select_subtree(self.tree, size, costs, spent_s)
+        (tree.best_size; spent_s: the round's other time; trust scales path probabilities)."""
+        return select_subtree(self.tree, size, costs, spent_s, trust)
 
     def advance(self, emitted: list[int]) -> None:
         """Re-root at the last emitted token: commit the accepted path, compact the survivors."""
+        if self.switchable and self.vocab_map is not None and not _covers(self.inside, emitted, 0.0):
+            self._use_pruned(False)  # the text left the pruned vocabulary: full head from here on
         step = reroot(self.tree, emitted)
         self.pending += self.runner.kv.reroot(self.tree, step, emitted)
         self.tree = step.tree if step.tree is not None else new_tree(emitted[-1], self.runner.device)
+        if self.lookup is not None:
+            self.lookup.observe(step, emitted)
+            self.tree = self.lookup.graft(self.tree, self.cfg.budget)
+
+
+def _covers(inside: frozenset[int], tokens: list[int], slack: float) -> bool:
+    """At most a `slack` share of tokens lies outside the pruned vocabulary."""
+    return sum(t not in inside for t in tokens) <= slack * len(tokens)
 
 
 class _Pending:
@@ -141,9 +175,10 @@ class _Pending:
 
 
 def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, weights: str) -> TreeDrafter:
-    """A drafter over a loaded draft model (swiftspec.weights.LoadedModel): prune its LM head to
-    the draft_vocab most frequent code tokens when a table matches its tokenizer, then pack its
-    weights (bf16 stays bf16, served by the small-M kernel where it applies)."""
+    """A drafter over a loaded draft model (swiftspec.weights.LoadedModel): a pruned LM head of
+    the draft_vocab most frequent code tokens when a table matches its tokenizer (beside the full
+    head, which requests outside it use), then pack its weights (bf16 stays bf16, served by the
+    small-M kernel where it applies)."""
     model = draft.model
     vocab = pruned_vocab(draft.tokenizer, draft_vocab, draft.args.vocab_size) if model.parallel.tp_size == 1 else None
     head = None
@@ -152,6 +187,6 @@ def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, we
         dtype = model.model.embed_tokens.weight.dtype
         dense = kernels.dequantize(w).to(dtype) if isinstance(w, kernels.QuantWeight) else w.data
         head = dense[vocab.to(dense.device)].contiguous()  # [V', H]
-    kernels.prepare_model_(model, weights, lm_head=vocab is None)
+    kernels.prepare_model_(model, weights)  # the full head too: requests outside the pruned vocabulary use it
     head = None if head is None else kernels.prepare_weight(head, weights)
     return TreeDrafter(model, cfg, max_seq_len, vocab, head)

@@ -1,9 +1,11 @@
 """The pruned draft LM head: the draft scores only the N most frequent tokens of a code corpus.
 
-Tables live in swiftspec/data/*.json (made by tools/make_vocab_table.py) and carry a fingerprint
-of the tokenizer they were built with; a draft whose tokenizer matches none keeps its full head.
-Verification stays lossless: the draft's q is renormalized over the subset (zero outside it), and
-the target decides every token.
+Tables live in swiftspec/data/<family>-<corpus>.json (made by tools/make_vocab_table.py) and carry
+a fingerprint of the tokenizer they were built with; a draft whose tokenizer matches none keeps its
+full head.  The pruned head serves a request only while its text stays inside the table (the
+drafter switches to the full head otherwise), so the head fits the request: code keeps the
+smaller head, chat and other languages draft with the full one.  Verification stays lossless: the
+draft's q is renormalized over the subset (zero outside it), and the target decides every token.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 TABLE_DIR = Path(__file__).resolve().parent.parent / "data"
 _PROBE = "def main(argv):\n    return sorted(set(argv), key=len)  # ünïcode\n"
 log = logging.getLogger("swiftspec")
+PROMPT_SLACK = 0.02  # a prompt may have this share of tokens outside the table and keep the pruned head
 
 
 def fingerprint(tokenizer) -> str:  # tokenizer: swiftspec.tokenizer.Tokenizer
@@ -26,15 +29,16 @@ def fingerprint(tokenizer) -> str:  # tokenizer: swiftspec.tokenizer.Tokenizer
     return hashlib.sha256(probe.encode()).hexdigest()[:16]
 
 
-def pruned_vocab(tokenizer, size: int, vocab_rows: int) -> torch.Tensor | None:
+def pruned_vocab(tokenizer, size: int, vocab_rows: int, corpus: str = "code") -> torch.Tensor | None:
     """Sorted token ids [size] the pruned head keeps (EOS ids always), or None for the full head.
 
-    vocab_rows is the draft LM head's row count; ids beyond it are never kept.
+    vocab_rows is the draft LM head's row count; ids beyond it are never kept.  corpus names the
+    table (swiftspec/data/<family>-<corpus>.json).
     """
     if size <= 0 or size >= vocab_rows:
         return None
     mine = fingerprint(tokenizer)
-    for path in sorted(TABLE_DIR.glob("*.json")):
+    for path in sorted(TABLE_DIR.glob(f"*-{corpus}.json")):
         table = json.loads(path.read_text())
         if table["fingerprint"] == mine:
             seen = [t for t in table["order"] if t < vocab_rows]

@@ -6,15 +6,16 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from swiftspec.config import AUTO, ConfigError, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime.base import Engine, GenerationStats
 
 
 def chain_config(tree: TreeConfig) -> TreeConfig:
-    """Classic speculative decoding as a one-wide tree: k draft tokens, k + 1 verified nodes."""
+    """Classic speculative decoding as a one-wide tree: k draft tokens, k + 1 verified nodes (no
+    lookup branches, which would make it a tree)."""
     k = tree.chain_length
     return dataclasses.replace(tree, width=1, topk=1, depth=k, verify_size=k + 1, budget=max(tree.budget, 2 * k + 2),
-                               adaptive=0)
+                               adaptive=0, lookup=0)
 
 
 def build_engine(config: EngineConfig) -> Engine:
@@ -49,9 +50,12 @@ def _build(config: EngineConfig) -> Engine:
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         return AutoregressiveEngine(target, max_seq_len)
-    from swiftspec.draft import build_drafter
+    from swiftspec.draft import LookupDrafter, build_drafter
     from swiftspec.runtime.serial import SerialEngine
 
+    if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
+        tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree
+        return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len)
     draft = load_model(config.draft, config.draft_load)
     check_pair(target.tokenizer, draft.tokenizer)
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from swiftspec.config import EngineConfig, LoadConfig
+from swiftspec.config import NO_DRAFT, EngineConfig, LoadConfig
 from swiftspec.draft import TreeDrafter
 from swiftspec.errors import UserError
 from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join, pin, pinned, plan_cores
@@ -87,8 +87,10 @@ def draft_loop(drafter: TreeDrafter, io: GroupIO, settings: DraftSettings) -> No
 def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: DraftSettings) -> None:
     """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send.
 
-    A seeded sampled request drafts all d expansions every round: the tree's shape decides which
-    random draws verification makes, so it must not depend on when the verified tokens arrive."""
+    Re-rooting also grafts the prompt-lookup continuations at the new root, so a tree that the
+    draft could not grow in time (the walk left it) still goes deep; the top-up expands only the
+    root.  A seeded sampled request drafts all d expansions every round: the tree's shape decides
+    which random draws verification makes, so it must not depend on when the verified tokens arrive."""
     timeline, bs = Timeline(), settings.verify_size
     stop = None if start.params.reproducible else io.ready
     cores = settings.prefill_cores
@@ -109,9 +111,9 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
             break
         with timeline.span("reroot"):
             drafter.advance(msg.tokens.tolist())
-        if drafter.size < bs:
+        if drafter.size < bs or not drafter.tree.expanded[0]:
             with timeline.span("topup"):
-                drafter.expand()
+                drafter.expand(width=1)
         _send_tree(drafter, io, bs, timeline)
     io.send(Profile(seconds=timeline.busy_seconds(), events=timeline.as_tensor()))
 
@@ -189,11 +191,7 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
     group = GroupBroadcast(groups.parallel.group, groups.leader) if groups.parallel.tp_size > 1 else None
     io = GroupIO(DistTransport(groups.peer_leader) if groups.is_leader else None, group)
     if groups.role == "draft":
-        from swiftspec.draft import build_drafter
-
-        draft = load_for_rank(config.draft, config.draft_load, groups)
-        drafter = build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
-                                config.draft_load.weights)
+        drafter = _make_drafter(config, groups)
         # The target waits while a lone draft rank prefills the prompt: it may use every core then.
         settings = DraftSettings(verify_size=config.tree.verify_size,
                                  prefill_cores=all_cores if on_cpu and layout.draft_tp == 1 else None,
@@ -206,6 +204,17 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
         all_ready()
         target_follower_loop(verifier, io)
     dist.destroy_process_group()
+
+
+def _make_drafter(config: EngineConfig, groups: Groups):
+    """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
+    from swiftspec.draft import LookupDrafter, build_drafter
+
+    if config.draft == NO_DRAFT:
+        return LookupDrafter(config.tree)
+    draft = load_for_rank(config.draft, config.draft_load, groups)
+    return build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
+                         config.draft_load.weights)
 
 
 def _die_with_parent(parent_pid: int) -> None:

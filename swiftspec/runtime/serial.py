@@ -26,6 +26,7 @@ from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
 VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
 COST_SMOOTHING = 0.2  # weight of the latest round in the running cost averages
+MIN_TRUST = 0.05  # the least RoundCosts.trust() says, so that the rules never divide by zero
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class RoundTimes:
     verify_s: float  # the target forward and verification over them
     round_s: float  # the whole round
     tokens: int  # tokens emitted
+    promised: float = 0.0  # accepted tokens the verified nodes' path probabilities promised (their sum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +68,18 @@ class RoundCosts:
     goes up to d deep where it is sure (a chain cannot do either).
     Verification: verify_s[n - 1] is the time to verify n nodes; the subtree keeps the nodes that
     repay their rows (tree.best_size), with other_s the round's time outside drafting and
-    verification."""
+    verification.
+    Both rules read path probabilities as acceptance chances.  Where fewer tokens are accepted
+    than they promise (chat, for a code draft), trust() < 1 scales them down, so the rounds get
+    narrower and shallower and verify fewer rows; it never scales them up, so a workload where
+    the draft keeps its promises (code) is drafted as before."""
 
     expand_s: float = 0.0
     token_s: float = 0.0
     other_s: float = 0.0
     verify_s: list[float] = field(default_factory=list)  # [bs]; empty until profiled
+    accepted: float = 0.0  # draft tokens accepted per round
+    promised: float = 0.0  # ... and what the verified nodes' path probabilities promised
 
     def update(self, r: RoundTimes) -> None:
         if r.expansions:
@@ -80,12 +88,21 @@ class RoundCosts:
         self.other_s = _smooth(self.other_s, max(0.0, r.round_s - r.draft_s - r.verify_s))
         if 0 < r.nodes <= len(self.verify_s):
             self.verify_s[r.nodes - 1] = _smooth(self.verify_s[r.nodes - 1], r.verify_s)
+        if r.nodes > 1:
+            self.accepted = _smooth(self.accepted, r.tokens - 1)
+            self.promised = _smooth(self.promised, r.promised)
+
+    def trust(self) -> float:
+        """Accepted over promised tokens, at most 1 (1 until measured)."""
+        if not self.promised:
+            return 1.0
+        return min(1.0, max(MIN_TRUST, self.accepted / self.promised))
 
     def min_weight(self) -> float:
         """log of the break-even path probability (-inf until both costs are known)."""
         if not self.expand_s or not self.token_s:
             return -math.inf
-        return math.log(min(1.0, self.expand_s / self.token_s))
+        return math.log(min(1.0, self.expand_s / (self.token_s * self.trust())))
 
     def verify_costs(self) -> torch.Tensor | None:
         """verify_s as a [bs] tensor made non-decreasing (more rows never cost less; a noisy
@@ -198,18 +215,20 @@ class SerialEngine:
         expansions = self.drafter.draft(self.depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         t_select = time.perf_counter()
         costs = self.costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-        sub = self.drafter.subtree(self.cfg.verify_size, costs, t_select - t0 + self.costs.other_s)
+        sub = self.drafter.subtree(self.cfg.verify_size, costs, t_select - t0 + self.costs.other_s, self.costs.trust())
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
         t_verify = time.perf_counter()
         acc = self.target.verify(sub.tokens, sub.parents, logits, params, rng)
         emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
+        promised = float(self.drafter.tree.weights[sub.nodes].exp().sum()) - 1  # the root's 1 is no draft
         self.target.commit(acc.path[: len(emitted)])
         t2 = time.perf_counter()
         self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         t3 = time.perf_counter()
-        self._record(RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), sub.tokens.shape[0])
-        self.costs.update(RoundTimes(t1 - t0, expansions, sub.tokens.shape[0], t2 - t1, t3 - t0, len(emitted)))
+        nodes = sub.tokens.shape[0]
+        self._record(RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), nodes)
+        self.costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promised))
         stats.draft_s += (t1 - t0) + (t3 - t2)
         stats.verify_s += t2 - t1
         stats.rounds += 1

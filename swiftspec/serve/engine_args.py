@@ -19,6 +19,10 @@ _TREE_HELP = {
     "adaptive": "serial tree: 1 = expand only leaves whose draft probability repays a forward, 0 = always d",
     "adaptive_verify": "serial tree with --adaptive 1: 1 = verify only the subtree nodes that repay their rows, "
                        "0 = always bs",
+    "lookup": "1 = add prompt-lookup (n-gram) candidates from the prompt and output to the tree, 0 = off",
+    "lookup_tokens": "most tokens of one prompt-lookup candidate",
+    "lookup_branches": "most distinct prompt-lookup continuations per round",
+    "lookup_ngram": "longest n-gram that prompt lookup matches",
 }
 SPECULATIVE = ("chain", "tree", "async")
 # The modes that use each flag.  Under --mode auto a given flag narrows the candidates to these
@@ -31,6 +35,8 @@ FLAG_MODES: dict[str, tuple[str, ...]] = {
     "width": ("tree", "async"), "verify_size": ("tree", "async"), "depth": ("tree", "async"),
     "topk": ("tree", "async"), "adaptive": ("tree",), "adaptive_verify": ("tree",),
     "target_tp": ("async",), "draft_tp": ("async",), "draft_cores": ("async",),
+    "lookup": ("tree", "async"), "lookup_tokens": ("tree", "async"), "lookup_branches": ("tree", "async"),
+    "lookup_ngram": ("tree", "async"),
 }
 
 
@@ -48,7 +54,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
         parser.add_argument("--reprofile", action="store_true", help="auto: profile this machine and pair again")
     parser.add_argument("--model", default=defaults.target,
                         help="target: bundled name, .gguf file, HF dir, hub id org/name or org/name:file.gguf")
-    parser.add_argument("--draft-model", default=None, help=f"draft, named like --model (default: {defaults.draft})")
+    parser.add_argument("--draft-model", default=None, help="draft, named like --model, or none: prompt lookup "
+                        f"alone drafts (default: {defaults.draft})")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cpu unless the CUDA path passed its start-up check here")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")

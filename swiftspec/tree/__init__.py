@@ -1,5 +1,6 @@
-"""Token trees: the TokenTree type, growth, subtree selection, draft masks and re-rooting (pure)."""
+"""Token trees: the TokenTree type, growth, grafting, subtree selection, draft masks and re-rooting (pure)."""
 
+from swiftspec.tree.graft import Graft, graft, reweight
 from swiftspec.tree.grow import grow, sample_children, select_leaves, topk_children
 from swiftspec.tree.reroot import Reroot, reroot
 from swiftspec.tree.subtree import Subtree, best_size, draft_mask, select_subtree
@@ -10,12 +11,15 @@ from swiftspec.tree.tree import (
     depths_from_parents,
     mask_from_parents,
     new_tree,
+    path_key,
     path_to,
+    path_weights,
     positions,
     sibling_links,
 )
 
 __all__ = [
+    "Graft",
     "Reroot",
     "Subtree",
     "TokenTree",
@@ -24,12 +28,16 @@ __all__ = [
     "depths",
     "depths_from_parents",
     "draft_mask",
+    "graft",
     "grow",
     "mask_from_parents",
     "new_tree",
+    "path_key",
     "path_to",
+    "path_weights",
     "positions",
     "reroot",
+    "reweight",
     "sample_children",
     "select_leaves",
     "select_subtree",

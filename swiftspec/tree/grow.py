@@ -10,26 +10,32 @@ import math
 import torch
 from torch import Tensor
 
-from swiftspec.tree.tree import TokenTree
+from swiftspec.tree.tree import TokenTree, path_key, path_weights
 
 
 def select_leaves(tree: TokenTree, width: int, focus: int = 0, min_weight: float = -math.inf) -> Tensor:
-    """Indices [<= width] of the best unexpanded nodes by weight, ties to the lower index.
+    """Indices [<= width] of the best unexpanded nodes, ties to the lower index.
 
+    Nodes rank by the smallest weight on their root path (select_subtree's key: the weight itself
+    while log-probs are <= 0), which never grows from parent to child, so an unexpanded node is
+    always picked no later than its descendants: a grafted chain is expanded from the top, and a
+    leaf's ancestors all have KV by the end of its forward.
     Best first. Syncs once to drop expanded nodes when fewer than `width` are unexpanded.
-    focus > 0 also drops the leaves lighter than the focus-th heaviest node: a child weighs no
-    more than its parent, so nothing below such a leaf can join select_subtree(tree, focus),
-    whatever is grown later (log-probs <= 0).  The serial engine, which verifies that subtree
-    right after drafting, spends no draft rows on them; it gets no leaf at all once the subtree
-    is final.  Leaves lighter than min_weight (a log-probability) are dropped too.
+    focus > 0 also drops the leaves ranked below the focus-th node: nothing below such a leaf
+    can join select_subtree(tree, focus), whatever is grown later (log-probs <= 0).  The serial
+    engine, which verifies that subtree right after drafting, spends no draft rows on them; it
+    gets no leaf at all once the subtree is final.  Leaves whose key is below min_weight (a
+    log-probability) are dropped too.
     """
-    by_weight = tree.weights.sort(descending=True, stable=True).indices  # index order on ties
+    key = path_key(tree)  # [N]
+    ranked = key.sort(descending=True, stable=True)  # index order on ties
+    by_weight = ranked.indices
     unexpanded_first = tree.expanded[by_weight].to(torch.uint8).sort(stable=True).indices
     best = by_weight[unexpanded_first][:width]
-    weights = tree.weights[best]  # [<= width]
+    weights = key[best]  # [<= width]
     keep = ~tree.expanded[best] & (weights >= min_weight)
     if 0 < focus <= by_weight.numel():
-        keep &= weights >= tree.weights[by_weight[focus - 1]]
+        keep &= weights >= ranked.values[focus - 1]
     return best[keep]
 
 
@@ -61,11 +67,15 @@ def grow(
     child_tokens: Tensor,  # [w, k] int64, distinct within a row
     child_logprobs: Tensor,  # [w, k] float32, log-prob of each child given its leaf
     budget: int,
+    merge: bool = False,
 ) -> TokenTree:
     """Mark `leaves` expanded and append their children, never exceeding `budget` nodes.
 
     A child's weight is its leaf's weight plus its log-prob. When not all children fit, the
     best by weight are kept (ties to the lower leaf-major position), appended leaf-major.
+    merge: a leaf may already have children (grafted candidates); a child equal to one of them
+    is not appended but raises that node's log-prob to the larger of the two (weights are then
+    recomputed as path sums), so siblings stay distinct.  One host sync.
     """
     n = len(tree)
     if budget < n:
@@ -73,18 +83,26 @@ def grow(
     expanded = tree.expanded.clone()
     expanded[leaves] = True
     logprobs = child_logprobs.float().reshape(-1)  # [w * k], leaf-major
-    weights = (tree.weights[leaves].unsqueeze(-1) + child_logprobs.float()).reshape(-1)
     parents = leaves.unsqueeze(-1).expand(child_tokens.shape).reshape(-1)
     tokens = child_tokens.reshape(-1)
+    old_logprobs = tree.logprobs
+    if merge:
+        same = (parents.unsqueeze(-1) == tree.parents) & (tokens.unsqueeze(-1) == tree.tokens)  # [w * k, N]
+        found = same.any(-1)
+        old_logprobs = old_logprobs.scatter_reduce(0, same.int().argmax(-1)[found], logprobs[found], "amax")
+        tokens, parents, logprobs = tokens[~found], parents[~found], logprobs[~found]
+    weights = tree.weights[parents] + logprobs
     room = budget - n
     if tokens.shape[0] > room:
         keep = weights.sort(descending=True, stable=True).indices[:room].sort().values
         tokens, parents, logprobs, weights = tokens[keep], parents[keep], logprobs[keep], weights[keep]
     # Every new parent is an old node, so appending keeps parent < child.
+    all_parents = torch.cat([tree.parents, parents])
+    all_logprobs = torch.cat([old_logprobs, logprobs])
     return TokenTree(
         tokens=torch.cat([tree.tokens, tokens]),
-        parents=torch.cat([tree.parents, parents]),
-        logprobs=torch.cat([tree.logprobs, logprobs]),
-        weights=torch.cat([tree.weights, weights]),
+        parents=all_parents,
+        logprobs=all_logprobs,
+        weights=path_weights(all_parents, all_logprobs) if merge else torch.cat([tree.weights, weights]),
         expanded=torch.cat([expanded, torch.zeros_like(tokens, dtype=torch.bool)]),
     )

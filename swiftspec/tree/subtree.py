@@ -22,7 +22,8 @@ class Subtree:
     mask: Tensor  # [n, n] bool; row i marks i and its ancestors
 
 
-def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spent_s: float = 0.0) -> Subtree:
+def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spent_s: float = 0.0,
+                   trust: float = 1.0) -> Subtree:
     """The `size` best nodes by weight (root always in), as a Subtree (no host sync).
 
     Nodes are ranked by the smallest weight on their root path, ties to the lower index. That
@@ -31,18 +32,19 @@ def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spen
     the weight, and the set has the largest total weight of any ancestor-closed set its size.
 
     costs [size] (seconds; costs[n - 1] verifies n nodes): keep only the first best_size() nodes
-    of the ranking, the ones that repay their verification; one host sync (the kept count).
+    of the ranking, the ones that repay their verification (trust: see best_size); one host
+    sync (the kept count).
     """
     if size < 1:
         raise ValueError(f"a subtree holds at least the root, got size {size}")
     mask = ancestor_mask(tree)  # [N, N]
     inf = torch.tensor(float("inf"), device=mask.device)
-    key = torch.where(mask, tree.weights, inf).amin(-1)
+    key = torch.where(mask, tree.weights, inf).amin(-1)  # path_key, reusing the mask
     ranked = key.sort(descending=True, stable=True)
     nodes = ranked.indices[:size]  # [n] best first
     if costs is not None:
         n = nodes.shape[0]
-        keep = torch.arange(n, device=nodes.device) < best_size(ranked.values[:n], costs[:n], spent_s)
+        keep = torch.arange(n, device=nodes.device) < best_size(ranked.values[:n], costs[:n], spent_s, trust)
         nodes = nodes[keep]
     nodes = nodes.sort().values
     local = torch.full_like(tree.parents, -1)
@@ -58,17 +60,18 @@ def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spen
     )
 
 
-def best_size(ranked: Tensor, costs: Tensor, spent_s: float) -> Tensor:
+def best_size(ranked: Tensor, costs: Tensor, spent_s: float, trust: float = 1.0) -> Tensor:
     """How many of the ranked nodes to verify: the n that maximizes the round's expected tokens per
-    second, (1 + sum of the n - 1 best non-root path probabilities) / (spent_s + costs[n - 1]).
+    second, (1 + trust * sum of the n - 1 best non-root path probabilities) / (spent_s + costs[n - 1]).
 
     ranked [m] float32: the ranking's keys, best first (the root's 0 first; the others are log
     path probabilities); costs [m] float: seconds to verify 1..m nodes; spent_s: the round's
     other time (drafting, bookkeeping).  Under the draft's own probabilities a node is accepted
     with its path probability, and a round emits the accepted nodes and one more token, so a
-    node is worth its row only while its probability outweighs the time the row adds.  Returns
-    a 0-d int64 tensor in [1, m] (the smallest n on ties)."""
-    gain = ranked.exp().cumsum(0)  # [m]: expected tokens of the first 1..m nodes
+    node is worth its row only while its probability outweighs the time the row adds.  trust in
+    (0, 1] scales those probabilities where they have been accepted less often than they promise
+    (RoundCosts.trust).  Returns a 0-d int64 tensor in [1, m] (the smallest n on ties)."""
+    gain = 1 + trust * (ranked.exp().cumsum(0) - 1)  # [m]: expected tokens of the first 1..m nodes (root: 1)
     rate = gain / (spent_s + costs.to(gain.device, gain.dtype))  # [m]
     return rate.argmax() + 1
 

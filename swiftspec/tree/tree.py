@@ -60,6 +60,17 @@ def depths_from_parents(parents: Tensor) -> Tensor:
     return depth
 
 
+def path_weights(parents: Tensor, logprobs: Tensor) -> Tensor:
+    """Sum of logprobs [N] from the root to every node (root included): [N] float32, no host sync."""
+    weights = logprobs.float().clone()
+    up = parents.clone()  # each node's 2^j-th ancestor, -1 past the root
+    for _ in range(_jumps(parents.shape[-1])):
+        above = up >= 0
+        weights = weights + torch.where(above, weights.gather(-1, up.clamp_min(0)), 0.0)
+        up = torch.where(above, up.gather(-1, up.clamp_min(0)), -1)
+    return weights
+
+
 def mask_from_parents(parents: Tensor) -> Tensor:
     """Ancestor-or-self relation: parents [..., N] -> [..., N, N] bool, row i marks i's path."""
     n = parents.shape[-1]
@@ -110,3 +121,11 @@ def path_to(tree: TokenTree, node: int) -> Tensor:
     while parents[path[-1]] >= 0:
         path.append(parents[path[-1]])
     return torch.tensor(path[::-1], dtype=torch.int64, device=tree.parents.device)
+
+
+def path_key(tree: TokenTree) -> Tensor:
+    """[N] float32: the smallest weight on each node's root path.  It never grows from parent to
+    child (even with float ties or log-probs above 0), so ranking by it, ties to the lower index,
+    lists every node after its ancestors."""
+    inf = torch.tensor(float("inf"), device=tree.weights.device)
+    return torch.where(ancestor_mask(tree), tree.weights, inf).amin(-1)

@@ -63,13 +63,33 @@ def test_async_abandoned_stream_leaves_engine_usable(tiny_qwen_dir, tiny_draft_d
         engine.close()
 
 
+def test_async_lookup_only_greedy_equals_ar(tiny_qwen_dir) -> None:
+    """--draft-model none: the draft group drafts by prompt lookup alone."""
+    ar = build_engine(EngineConfig(mode="ar", target=str(tiny_qwen_dir), target_load=FP32))
+    engine = build_engine(EngineConfig(mode="async", target=str(tiny_qwen_dir), draft="none", target_load=FP32,
+                                       draft_load=FP32, tree=TreeConfig(depth=2)))
+    try:
+        rng = random.Random(5)
+        for i in range(8):
+            base = [rng.randrange(3, 500) for _ in range(rng.randint(2, 6))]
+            prompt = base * 3
+            assert flat(engine, prompt, SamplingParams(), 24) == flat(ar, prompt, SamplingParams(), 24), i
+        assert engine.stats.acceptance_length >= 1.0
+    finally:
+        engine.close()
+
+
 def test_async_sampling_matches_target_distribution(tmp_path) -> None:
+    """With prompt lookup grafting branches (the prompt repeats itself); a seeded request gives the
+    same tokens every time, however the draft's timing falls."""
     target_dir, draft_dir = sharp_pair(tmp_path)
     engine = build_engine(EngineConfig(mode="async", target=str(target_dir), draft=str(draft_dir),
                                        target_load=FP32, draft_load=FP32, tree=TreeConfig(depth=2, budget=96)))
     try:
         params = SamplingParams(temperature=0.8, top_p=0.95)
-        prompt = [11, 42, 7]
+        prompt = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]
+        seeded = SamplingParams(temperature=1.0, seed=99)
+        assert flat(engine, prompt, seeded, 24) == flat(engine, prompt, seeded, 24)
         from swiftspec.weights import load_model
 
         target = load_model(str(target_dir), FP32)

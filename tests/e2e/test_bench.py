@@ -101,3 +101,23 @@ def test_humaneval_prompts() -> None:
     prompts = load_prompts(2)
     assert [p.id for p in prompts] == ["HumanEval/0", "HumanEval/1"]
     assert prompts[0].text.startswith("from typing import List")
+
+
+def test_bundled_chat_set() -> None:
+    """40 chat questions ship with the package; the first eight span several kinds and languages."""
+    prompts = load_prompts(40, "chat")
+    assert len(prompts) == 40 and len({p.text for p in prompts}) == 40
+    assert prompts[0].id == "chat/0"
+    assert any(ord(c) > 0x3000 for p in prompts[:8] for c in p.text)  # a CJK question among the first eight
+
+
+def test_chat_flag_applies_the_chat_template(tiny_qwen_dir) -> None:
+    from swiftspec.bench import _encode
+    from swiftspec.config import EngineConfig, LoadConfig
+    from swiftspec.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_qwen_dir)
+    base = EngineConfig(target_load=LoadConfig(max_seq_len=256))
+    plain, chat = (_encode(tok, "Hello", base, 8, flag) for flag in (False, True))
+    assert plain == tok.encode("Hello") and chat == tok.chat([{"role": "user", "content": "Hello"}])
+    assert len(chat) > len(plain)

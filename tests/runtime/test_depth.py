@@ -7,11 +7,13 @@ import logging
 import math
 
 import pytest
+import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.draft import TreeDrafter
 from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
-from swiftspec.runtime.serial import RoundCosts, RoundTimes, SerialEngine
+from swiftspec.runtime.serial import MIN_TRUST, RoundCosts, RoundTimes, SerialEngine
+from swiftspec.tree import best_size
 
 
 def test_serial_rule_matches_the_measured_best_depths() -> None:
@@ -59,6 +61,25 @@ def test_round_costs_give_the_break_even_path_probability() -> None:
     assert costs.other_s == pytest.approx(0.8 * 0.05 + 0.2 * 0.05)  # outside drafting and verification
     costs.update(RoundTimes(1.0, 1, 8, 0.0, 1.0, 10))  # a draft dearer than a token
     assert costs.min_weight() <= 0.0
+
+
+def test_round_costs_distrust_promises_that_fail() -> None:
+    """Low acceptance against what the path probabilities promised: a higher floor (narrower,
+    shallower rounds) and fewer rows verified; kept promises change nothing."""
+    kept, broken = RoundCosts(), RoundCosts()
+    for costs, accepted in ((kept, 5), (broken, 1)):
+        costs.update(RoundTimes(0.10, 5, 8, 0.15, 0.30, accepted + 1, promised=4.0))
+    assert kept.trust() == 1.0 and broken.trust() == pytest.approx(0.25)
+    assert kept.min_weight() == pytest.approx(math.log(0.02 / 0.05))  # as without the promise
+    assert broken.min_weight() == pytest.approx(math.log(0.02 / (0.15 * 0.25)))
+    ranked = torch.tensor([0.0, math.log(0.6), math.log(0.5), math.log(0.4)])
+    costs = torch.tensor([1.0, 1.2, 1.4, 1.6])
+    assert best_size(ranked, costs, 0.0, kept.trust()) == 4
+    assert best_size(ranked, costs, 0.0, broken.trust()) == 1
+    assert RoundCosts().trust() == 1.0
+    zero = RoundCosts()
+    zero.update(RoundTimes(0.1, 1, 8, 0.1, 0.2, 1, promised=3.0))
+    assert zero.trust() == MIN_TRUST
 
 
 def test_round_costs_track_the_verified_size_only() -> None:

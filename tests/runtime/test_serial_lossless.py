@@ -8,7 +8,7 @@ import pytest
 from spec_stats import exact_distribution, first_tokens, goodness_of_fit
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft import TreeDrafter
+from swiftspec.draft import LookupDrafter, TreeDrafter
 from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import RoundCosts, RoundTimes, SerialEngine
@@ -16,6 +16,9 @@ from swiftspec.sampling import SamplingParams
 from swiftspec.weights import load_model
 
 from conftest import FP32
+
+
+LOOPING_PROMPT = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]  # prompt lookup finds continuations in it
 
 
 def generate_all(engine, prompt, params, n):
@@ -42,6 +45,24 @@ def test_greedy_tree_and_chain_equal_ar_over_50_prompts(tiny_target, tiny_draft)
         assert generate_all(chain, prompt, SamplingParams(), 32) == want, (i, cfg)
 
 
+def test_greedy_with_lookup_candidates_equals_ar(tiny_target, tiny_draft) -> None:
+    """Repetitive prompts, so prompt lookup grafts branches: the mixed tree (and lookup alone,
+    --draft-model none) stays token-exact."""
+    rng = random.Random(1)
+    ar = AutoregressiveEngine(tiny_target, 256)
+    grafted = 0
+    for i in range(16):
+        base = [rng.randrange(3, 500) for _ in range(rng.randint(2, 8))]
+        prompt = base * rng.randint(2, 4) + base[: rng.randint(0, len(base))]
+        cfg = random_tree(rng)
+        want = generate_all(ar, prompt, SamplingParams(), 32)
+        for drafter in (TreeDrafter(tiny_draft.model, cfg, 256), LookupDrafter(cfg)):
+            engine = SerialEngine(tiny_target, drafter, cfg, 256)
+            assert generate_all(engine, prompt, SamplingParams(), 32) == want, (i, cfg, type(drafter))
+            grafted += drafter.lookup.grafted
+    assert grafted > 100
+
+
 def test_tree_accepts_more_than_one_token_per_round(sharp_pair_dirs) -> None:
     """With the target as its own draft every greedy proposal on the best path is right.
     (adaptive=0: a draft as slow as the target is never worth a forward, so the cost rule would
@@ -60,31 +81,37 @@ class _FixedCosts(RoundCosts):
         pass
 
 
-@pytest.mark.parametrize("mode", ["tree", "chain", "tree-adaptive"])
+@pytest.mark.parametrize("mode", ["tree", "chain", "tree-adaptive", "lookup-only"])
 def test_sampling_matches_target_distribution(sharp_pair_dirs, mode) -> None:
     """At temperature 0.8, top-p 0.95, the first 3 tokens follow the target's exact distribution.
     tree-adaptive: leaves below path probability 0.2 are skipped and each row verified costs a
     third of a token (seeded requests otherwise keep fixed rounds), so trees and verified
-    subtrees of every shape the cost rules make are verified."""
+    subtrees of every shape the cost rules make are verified.  The prompt repeats itself, so
+    prompt lookup grafts branches into the trees (mixed with the draft's; alone in lookup-only)."""
     target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
     cfg = TreeConfig(depth=3 if mode == "tree-adaptive" else 2, budget=96)
     cfg = chain_config(cfg) if mode == "chain" else cfg
-    engine = SerialEngine(target, TreeDrafter(draft.model, cfg, 256), cfg, 256)
+    drafter = LookupDrafter(cfg) if mode == "lookup-only" else TreeDrafter(draft.model, cfg, 256)
+    engine = SerialEngine(target, drafter, cfg, 256)
     if mode == "tree-adaptive":
         engine.costs = _FixedCosts(expand_s=0.01, token_s=0.05, verify_s=[0.05 * (2 + n) / 3 for n in range(8)])
         engine._adapts = lambda params: True
     params = SamplingParams(temperature=0.8, top_p=0.95)
-    prompt = [11, 42, 7]
+    prompt = LOOPING_PROMPT
     exact = exact_distribution(target.model, prompt, params, target.tokenizer.eos_token_ids, 3)
     samples = [first_tokens(engine, prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=s), 3)
                for s in range(2500)]
     stat, threshold = goodness_of_fit(samples, exact)
     assert stat < threshold, (stat, threshold)
     assert engine.stats.rounds >= 1
+    assert mode == "chain" or drafter.lookup.grafted > 1000
 
 
 def test_same_seed_same_output(sharp_pair_dirs) -> None:
+    """Also with prompt lookup, whose rates learn from earlier requests but restart for seeded ones."""
     target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
     engine = SerialEngine(target, TreeDrafter(draft.model, TreeConfig(depth=2), 256), TreeConfig(depth=2), 256)
     params = SamplingParams(temperature=1.0, seed=123)
-    assert generate_all(engine, [1, 2, 3], params, 20) == generate_all(engine, [1, 2, 3], params, 20)
+    first = generate_all(engine, LOOPING_PROMPT, params, 20)
+    generate_all(engine, LOOPING_PROMPT, SamplingParams(), 20)  # a greedy request teaches the rates
+    assert generate_all(engine, LOOPING_PROMPT, params, 20) == first

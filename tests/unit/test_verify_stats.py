@@ -21,7 +21,7 @@ import torch
 
 import swiftspec.verify.stochastic as stochastic
 from swiftspec.sampling import SamplingParams, make_generator, process_logits
-from swiftspec.tree import grow, new_tree, sample_children, select_leaves, select_subtree, topk_children
+from swiftspec.tree import graft, grow, new_tree, sample_children, select_leaves, select_subtree, topk_children
 from swiftspec.verify import Acceptance, verify_probs
 
 V = 8
@@ -109,17 +109,38 @@ def _sampled_trees(root_codes: torch.Tensor, branching: tuple[int, ...], params:
     return _Batch(torch.stack(tokens, 1), torch.tensor(parents).expand(batch, -1), torch.stack(codes, 1))
 
 
-def _grown_tree(root_code: int, width: int, k: int, steps: int, size: int) -> _Batch:
-    """One deterministic top-k tree grown with the real growth code, cut to `size` nodes."""
+def _lookup_chain(root_code: int, length: int) -> list[int]:
+    """A deterministic stand-in for a prompt-lookup continuation: the argmax of a third hash."""
+    chain, code = [], root_code
+    for _ in range(length):
+        chain.append(int(_hash_logits(torch.tensor(code), 3).argmax()))
+        code = _extend(torch.tensor(code), torch.tensor(chain[-1])).item()
+    return chain
+
+
+def _grown_tree(root_code: int, width: int, k: int, steps: int, size: int, grafted: int = 0) -> _Batch:
+    """One deterministic top-k tree grown with the real growth code, cut to `size` nodes.
+    grafted > 0: a lookup chain of that length is grafted at the root first (log-prob log 0.6
+    per token), and growth merges with it, as the drafter's trees are built."""
     tree, codes = new_tree((root_code - 1) % (V + 1)), [root_code]
+    if grafted:
+        parents = torch.tensor([0] + [len(tree) + j for j in range(grafted - 1)])
+        chain = torch.tensor(_lookup_chain(root_code, grafted))
+        tree = graft(tree, parents, chain, torch.full((grafted,), math.log(0.6)), budget=64).tree
+    _append_codes(tree, codes)
     for _ in range(steps):
         leaves = select_leaves(tree, width)
         logq = _draft_logits(torch.tensor(codes)[leaves]).log_softmax(-1)
-        tree = grow(tree, leaves, *topk_children(logq, k), budget=64)
-        for i in range(len(codes), len(tree)):
-            codes.append(codes[tree.parents[i]] * (V + 1) + int(tree.tokens[i]) + 1)
+        tree = grow(tree, leaves, *topk_children(logq, k), budget=64, merge=grafted > 0)
+        _append_codes(tree, codes)
     sub = select_subtree(tree, size)
     return _Batch(sub.tokens[None], sub.parents[None], torch.tensor(codes)[sub.nodes][None])
+
+
+def _append_codes(tree, codes: list[int]) -> None:
+    """Path codes of the nodes appended since `codes` was last extended."""
+    for i in range(len(codes), len(tree)):
+        codes.append(codes[tree.parents[i]] * (V + 1) + int(tree.tokens[i]) + 1)
 
 
 def _topk_trees(root_codes: torch.Tensor, shape: tuple[int, ...]) -> _Batch:
@@ -197,6 +218,7 @@ CASES = {
     "sampled-tree": ("sampled", (3, 2)),
     "topk-chain": ("topk", (1, 1, 3, 4)),  # width, k, expansions, subtree size
     "topk-tree": ("topk", (2, 3, 3, 8)),
+    "mixed-tree": ("topk", (2, 3, 3, 8, 4)),  # plus a grafted lookup chain of 4
 }
 
 
@@ -225,6 +247,7 @@ def _no_sibling_exclusion(residual, proposal, token):
 BROKEN = {
     "skip-residual": ("_reject_sampled", _skip_residual, "sampled-tree", "t1.0"),
     "keep-rejected-sibling": ("_reject_deterministic", _keep_rejected, "topk-tree", "t1.0"),
+    "keep-rejected-sibling-mixed": ("_reject_deterministic", _keep_rejected, "mixed-tree", "t1.0"),
     "no-sibling-exclusion": ("_reject_sampled", _no_sibling_exclusion, "sampled-tree", "t0.7-p0.9"),
 }
 
@@ -235,6 +258,15 @@ def test_same_check_rejects_broken_verifier(broken, monkeypatch):
     monkeypatch.setattr(stochastic, name, replacement)
     stat, threshold = _chi2(_first_two(*CASES[case], PARAMS[params], seed=1234), _exact(PARAMS[params]))
     assert stat >= threshold, f"broken verifier passed: chi-square {stat:.1f} < {threshold:.1f}"
+
+
+def test_mixed_tree_verifies_grafted_nodes():
+    """The grafted chain changes the verified subtree of the test's first round."""
+    root = _context_code(CONTEXT)
+    plain, mixed = _grown_tree(root, 2, 3, 3, 8), _grown_tree(root, 2, 3, 3, 8, grafted=4)
+    chain = _lookup_chain(root, 4)
+    assert not torch.equal(plain.tokens, mixed.tokens)
+    assert chain[0] in mixed.tokens[0, 1:][mixed.parents[0, 1:] == 0].tolist()
 
 
 def test_same_seed_same_outcomes():
