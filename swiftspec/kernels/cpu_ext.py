@@ -3,7 +3,8 @@ int8/int4 linear, the small-M bf16 linear, the layout-invariant masked attention
 row-wise RMSNorm and SwiGLU activation.
 
 The extension is compiled with torch.utils.cpp_extension.load into
-``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>/`` (default cache: ~/.cache/swiftspec).  If it
+``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>-<source digest>/`` (default cache: ~/.cache/swiftspec):
+one directory per source tree, so two checkouts (or versions) never rebuild over each other.  If it
 cannot be built or the CPU lacks AVX2/FMA/F16C, ``load()`` warns once and returns None, and callers
 use the torch reference instead.
 
@@ -15,6 +16,7 @@ level (``paths()``), so an AVX-512 machine can run and test every lower path.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -48,8 +50,11 @@ def cache_dir() -> Path:
 
 
 def build_dir() -> Path:
-    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}".replace("+", "_")
-    return cache_dir() / "torch_ext" / tag
+    digest = hashlib.sha1()
+    for path in sorted(p for p in _CSRC.iterdir() if p.suffix in (".cpp", ".h")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{digest.hexdigest()[:12]}"
+    return cache_dir() / "torch_ext" / tag.replace("+", "_")
 
 
 def _build() -> ModuleType:
