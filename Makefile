@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(PY) -m swiftspec.serve.cli demo
+	$(PY) -m swiftspec.cli demo
 
 # pytest exits 5 when it collects no test: that is not a failure of the suite.
 test: install
@@ -32,12 +32,12 @@ test-fast: install
 # llama.cpp peers need `make install-llamacpp` (or LLAMA_SERVER=path/to/llama-server); else skipped.
 BENCH_MODES ?= ar,chain,tree,async,auto,hf-ar,hf-assisted;ar@int8,tree@int8,ar@int4,chain@int4,tree@int4,async@int4,llamacpp-ar,llamacpp-spec
 bench: install
-	$(PY) -m swiftspec.serve.cli bench --modes "$(BENCH_MODES)" --prompts 10 --max-tokens 128 \
+	$(PY) -m swiftspec.cli bench --modes "$(BENCH_MODES)" --prompts 10 --max-tokens 128 \
 		--temperature 0 --seed 0 --warmup 1 --out bench_out $(if $(LLAMA_SERVER),--llama-server $(LLAMA_SERVER))
 	$(PY) -m swiftspec.bench.check bench_out
 
 bench-check: install
-	$(PY) -m swiftspec.serve.cli bench --modes "ar,chain,tree;hf-ar" --prompts 2 --max-tokens 32 \
+	$(PY) -m swiftspec.cli bench --modes "ar,chain,tree;hf-ar" --prompts 2 --max-tokens 32 \
 		--warmup 0 --out bench_out/check
 	$(PY) -m swiftspec.bench.check bench_out/check
 

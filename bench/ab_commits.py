@@ -21,7 +21,11 @@ from pathlib import Path
 WORKER = r"""
 import json, sys, torch
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.runtime import build_engine, default_draft_weights
+from swiftspec.runtime import build_engine
+try:
+    from swiftspec.exec.load import default_draft_weights
+except ImportError:  # a checkout from before the exec layer
+    from swiftspec.runtime import default_draft_weights
 from swiftspec.sampling import SamplingParams
 torch.set_num_threads(int(sys.argv[1]))
 engine = None

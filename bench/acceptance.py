@@ -22,9 +22,9 @@ import torch
 from swiftspec import kernels
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import LoadConfig, TreeConfig
-from swiftspec.draft import TreeDrafter
-from swiftspec.draft.vocab import pruned_vocab
-from swiftspec.runtime import load_target
+from swiftspec.spec import TreeDrafter
+from swiftspec.spec.vocab import pruned_vocab
+from swiftspec.exec.load import load_target
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights import load_model

@@ -17,7 +17,7 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.runtime.runner import ModelRunner
+from swiftspec.exec.runner import ModelRunner
 from swiftspec.weights import load_model
 
 PREFIX = 300

@@ -17,6 +17,6 @@ $py -m pip install -q -e '.[test]' 2>&1 | tail -2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 $py -m pytest -m gpu -q -rs tests 2>&1 | tee "$out/gpu_tests.txt"
 $py bench/gpu_kernels.py 2>&1 | tee "$out/gpu_kernels.txt"
-$py -m swiftspec.serve.cli models pull
-$py -m swiftspec.serve.cli bench --device cuda --modes ar,tree,async --prompts "$prompts" \
+$py -m swiftspec.cli models pull
+$py -m swiftspec.cli bench --device cuda --modes ar,tree,async --prompts "$prompts" \
     --max-tokens "$tokens" --out "$out/bench" 2>&1 | tee "$out/bench.txt"

@@ -32,7 +32,7 @@ import sysconfig
 import zipfile
 
 from swiftspec.bench.runners import load_tokenizer
-from swiftspec.draft.vocab import TABLE_DIR, fingerprint
+from swiftspec.spec.vocab import TABLE_DIR, fingerprint
 from swiftspec.weights import resolve_source
 
 SHARES = {"code": 0.35, "style": 0.05, "en": 0.4}

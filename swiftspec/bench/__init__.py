@@ -1,7 +1,7 @@
 """`swiftspec bench`: our modes and peer implementations side by side on the same prompts and weights.
 
 Writes <out>/report.json, report.md and report.png. The CLI adds the shared model flags
-(add_engine_arguments) and then `add_arguments`; `run` does the rest.
+(cli.engine_args) and then `add_arguments`, and passes `run` the engine config of those flags.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from swiftspec.bench.runners import Lineup, build_lineup, load_tokenizer, mode_c
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
 from swiftspec.errors import UserError
-from swiftspec.serve.engine_args import engine_config_from_args
 
 ALL_MODES = "ar,chain,tree,async,auto,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
 
@@ -53,15 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reprofile", action="store_true", help="auto: profile this machine and pair again")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Load the modes (group by group), run them interleaved per prompt, and write the report."""
+def run(args: argparse.Namespace, base: EngineConfig) -> int:
+    """Load the modes (group by group), run them interleaved per prompt, and write the report.
+    base: the engine flags' config (mode ar); each mode's config is derived from it."""
     specs = parse_modes(args.modes)
     _check_args(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    base = engine_config_from_args(args, mode="ar")
     specs, decisions = auto_report.resolve(specs, base, args.draft_weights)
     sources = resolve_sources(base, specs)
     lineup = Lineup(tokenizer=load_tokenizer(sources.target, args.dtype))

@@ -17,7 +17,7 @@ import torch
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, model_args, our_weight_bytes
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
-from swiftspec.runtime import default_draft_weights
+from swiftspec.exec.load import default_draft_weights
 
 
 @dataclass(slots=True)

@@ -36,7 +36,7 @@ from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init
 from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, choose_depth
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
 from swiftspec.runtime.supervisor import POLL_S, Limits, Watchdog, WorkerPool
-from swiftspec.runtime.target import TreeVerifier
+from swiftspec.spec import TreeVerifier
 from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 from swiftspec.tree import mask_from_parents

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from swiftspec.config import NO_DRAFT, EngineConfig, LoadConfig
-from swiftspec.draft import TreeDrafter
+from swiftspec.spec import TreeDrafter
 from swiftspec.errors import UserError
 from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join, pin, pinned, plan_cores
 from swiftspec.runtime.protocol import (
@@ -30,7 +30,7 @@ from swiftspec.runtime.protocol import (
     Verified,
 )
 from swiftspec.runtime.supervisor import LOAD_S
-from swiftspec.runtime.target import TreeVerifier
+from swiftspec.spec import TreeVerifier
 from swiftspec.runtime.trace import Timeline
 from swiftspec.tree import mask_from_parents
 
@@ -169,7 +169,7 @@ def load_for_rank(source: str, load: LoadConfig, groups: Groups):
         torch.cuda.set_device(device)
         load = dataclasses.replace(load, device=device)
     if groups.role == "target":
-        from swiftspec.runtime import load_target
+        from swiftspec.exec.load import load_target
 
         return load_target(source, load, groups.parallel)
     return load_model(source, load, groups.parallel)
@@ -208,7 +208,7 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
 
 def _make_drafter(config: EngineConfig, groups: Groups):
     """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
-    from swiftspec.draft import LookupDrafter, build_drafter
+    from swiftspec.spec import LookupDrafter, build_drafter
 
     if config.draft == NO_DRAFT:
         return LookupDrafter(config.tree)

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 import torch
 
 from swiftspec.runtime.base import GenerationStats, RequestState
-from swiftspec.runtime.runner import ModelRunner
+from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft import TreeDrafter
+from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.base import (
     WARMUP_PROMPT,
     GenerationStats,
@@ -19,7 +19,7 @@ from swiftspec.runtime.base import (
     log,
     serial_depth,
 )
-from swiftspec.runtime.target import TreeVerifier
+from swiftspec.spec import TreeVerifier
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 

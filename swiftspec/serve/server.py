@@ -29,11 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from swiftspec.config import ServerConfig
+from swiftspec.config import EngineConfig, ServerConfig
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine
-from swiftspec.serve.engine_args import engine_config_from_args
 from swiftspec.serve.generation import Plan, Service
 from swiftspec.serve.metrics import RequestCounter, ServerMetrics
 from swiftspec.serve.openai_protocol import (
@@ -231,12 +230,9 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(**values)
 
 
-def run(args: argparse.Namespace) -> int:
-    """`swiftspec serve`: listen at once (/health: starting), build the engine from the engine flags
-    meanwhile, and serve it until interrupted. An engine that cannot be built stops the server, and
-    its error is raised."""
-    config = server_config_from_args(args)
-    engine_config = engine_config_from_args(args)
+def run(config: ServerConfig, engine_config: EngineConfig) -> int:
+    """`swiftspec serve`: listen at once (/health: starting), build the engine meanwhile, and serve
+    it until interrupted. An engine that cannot be built stops the server, and its error is raised."""
     if not config.api_key and not _is_loopback(config.host):
         log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)
     signal.signal(signal.SIGTERM, _terminated)

@@ -21,7 +21,7 @@ FP32 = LoadConfig(dtype="float32", max_seq_len=256)
 
 
 def test_killed_draft_worker_ends_generate_with_error(tiny_qwen_dir, tiny_draft_dir) -> None:
-    cmd = [sys.executable, "-m", "swiftspec.serve.cli", "generate", "hello", "--mode", "async",
+    cmd = [sys.executable, "-m", "swiftspec.cli", "generate", "hello", "--mode", "async",
            "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--device", "cpu",
            "--dtype", "float32", "--max-seq-len", "4096", "--max-tokens", "4000", "--depth", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 from swiftspec.config import LoadConfig
 from swiftspec.parallel.state import ParallelState
-from swiftspec.runtime.runner import ModelRunner
+from swiftspec.exec.runner import ModelRunner
 from swiftspec.weights import load_model
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=64)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from swiftspec.config import MODES
-from swiftspec.serve.cli import main
+from swiftspec.cli.main import main
 
 AUTO_LINE = re.compile(r"^auto: (ar|chain|tree|async)( \((bf16|int8|int4) draft\))?: .*\[(.*)\]$", re.M)
 

@@ -13,7 +13,7 @@ from swiftspec.bench.prompts import load_prompts
 from swiftspec.bench.roofline import WeightBytes, bound
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
-from swiftspec.serve.cli import run as cli_run
+from swiftspec.cli.main import run as cli_run
 
 DIST_KEYS = {"mean", "median", "p10", "p90"}
 MODE_KEYS = {

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from swiftspec.config import ConfigError
-from swiftspec.serve.cli import build_parser
+from swiftspec.cli.main import build_parser
 from swiftspec.serve.server import server_config_from_args
 
 
@@ -32,7 +32,7 @@ def test_serve_flags_build_the_server_config(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_swiftspec_serve_subprocess(tiny_qwen_dir: Path) -> None:
-    cmd = [sys.executable, "-m", "swiftspec.serve.cli", "serve", "--model", str(tiny_qwen_dir), "--mode", "ar",
+    cmd = [sys.executable, "-m", "swiftspec.cli", "serve", "--model", str(tiny_qwen_dir), "--mode", "ar",
            "--device", "cpu", "--dtype", "float32", "--max-seq-len", "256", "--port", "0", "--api-key", "k"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -58,7 +58,7 @@ def test_swiftspec_serve_subprocess(tiny_qwen_dir: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_async_serve_leaves_no_orphan(tiny_qwen_dir: Path, tiny_draft_dir: Path, sig: signal.Signals) -> None:
-    cmd = [sys.executable, "-m", "swiftspec.serve.cli", "serve", "--mode", "async", "--model", str(tiny_qwen_dir),
+    cmd = [sys.executable, "-m", "swiftspec.cli", "serve", "--mode", "async", "--model", str(tiny_qwen_dir),
            "--draft-model", str(tiny_draft_dir), "--device", "cpu", "--dtype", "float32", "--max-seq-len", "256",
            "--depth", "2", "--port", "0"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)

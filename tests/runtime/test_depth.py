@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft import TreeDrafter
+from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
 from swiftspec.runtime.serial import MIN_TRUST, RoundCosts, RoundTimes, SerialEngine
 from swiftspec.tree import best_size

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft import TreeDrafter
+from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams

@@ -8,7 +8,7 @@ import pytest
 from spec_stats import exact_distribution, first_tokens, goodness_of_fit
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft import LookupDrafter, TreeDrafter
+from swiftspec.spec import LookupDrafter, TreeDrafter
 from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import RoundCosts, RoundTimes, SerialEngine

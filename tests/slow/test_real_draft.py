@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig
-from swiftspec.runtime.runner import causal_mask
+from swiftspec.exec.runner import causal_mask
 from swiftspec.weights import load_model
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ from swiftspec.runtime.auto.model import (
     simulate,
     tree_round,
 )
-from swiftspec.serve.cli import build_parser
-from swiftspec.serve.engine_args import auto_candidates, engine_config_from_args
+from swiftspec.cli.main import build_parser
+from swiftspec.cli.engine_args import auto_candidates, engine_config_from_args
 
 SURE, UNSURE = (-0.05, -4.0, -5.0), (-0.9, -1.0, -2.0)
 

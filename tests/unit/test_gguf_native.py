@@ -12,7 +12,7 @@ import torch
 
 from swiftspec.config import LoadConfig
 from swiftspec.kernels.quant import QuantWeight, dequantize
-from swiftspec.runtime import load_target
+from swiftspec.exec.load import load_target
 from swiftspec.testing import make_tiny_checkpoint, write_gguf
 from swiftspec.weights.gguf import GGUFCheckpoint
 

@@ -11,7 +11,7 @@ import pytest
 
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
-from swiftspec.serve.cli import main
+from swiftspec.cli.main import main
 from swiftspec.testing import write_gguf
 from swiftspec.weights import load_model, resolve_source
 from swiftspec.weights.hub import HubId, parse_hub_id

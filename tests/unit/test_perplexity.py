@@ -42,7 +42,7 @@ def test_every_format_on_a_tiny_model(tiny_qwen_dir, tmp_path) -> None:
 
 
 def test_cli_bad_text(capsys) -> None:
-    from swiftspec.serve.cli import main
+    from swiftspec.cli.main import main
 
     assert main(["perplexity", "/nonexistent.txt", "--model", "/nonexistent-model"]) == 2
     assert "error:" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.trace import TraceFile, Timeline, chrome_trace, request_trace
 from swiftspec.sampling import SamplingParams
-from swiftspec.serve.cli import main
+from swiftspec.cli.main import main
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=128)
 

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from swiftspec.config import LoadConfig
 from swiftspec.model.args import RopeScaling
-from swiftspec.runtime.runner import causal_mask
+from swiftspec.exec.runner import causal_mask
 from swiftspec.testing import write_gguf
 from swiftspec.weights import load_model, open_checkpoint
 from swiftspec.weights import convert

@@ -79,7 +79,7 @@ CPU_DRAFT_FORMATS = ("int8", "int4")
 def draft_formats(config: EngineConfig) -> tuple[str, ...]:
     """Draft weight formats to profile: int8 and int4 on CPU with the C++ kernels and bf16
     activations (the draft's precision never changes the output; a bf16 draft accepts no more
-    than an int8 one and reads twice the bytes: runtime.default_draft_weights), else the configured one."""
+    than an int8 one and reads twice the bytes: exec.load.default_draft_weights), else the configured one."""
     if not config.auto.choose_draft_weights:
         return (config.draft_load.weights,)
     load = config.draft_load

@@ -17,7 +17,7 @@ from swiftspec.config import ConfigError, EngineConfig
 from swiftspec.parallel.groups import Layout, pinned, plan_cores
 from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.texts import Text, builtin_texts
-from swiftspec.runtime.runner import ModelRunner, causal_mask
+from swiftspec.exec.runner import ModelRunner, causal_mask
 
 TARGET_ROWS = (1, 4, 8)  # row counts timed: decode, chain and tree verification (linear in between and beyond)
 DRAFT_ROWS = (1, 4, 8)  # a chain's leaf, a focused and a full-width tree expansion
@@ -93,7 +93,7 @@ def teacher_forced(runner: ModelRunner, text: Text) -> torch.Tensor:
 
 def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairProfile:
     """Load the target, then each draft format in turn (one model in memory at a time), and measure."""
-    from swiftspec.runtime import load_target
+    from swiftspec.exec.load import load_target
 
     start = time.perf_counter()
     place = Placement.of(config)
@@ -132,7 +132,7 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
 
 def _load_draft(config: EngineConfig, target_tokenizer):  # -> swiftspec.weights.LoadedModel
     """The draft's unpacked weights, loaded once for every format (packing happens per format)."""
-    from swiftspec.runtime import check_pair
+    from swiftspec.exec.load import check_pair
     from swiftspec.weights import load_model
 
     draft = load_model(config.draft, config.draft_load)
@@ -149,7 +149,7 @@ class _Draft:
 def _profile_draft(config: EngineConfig, fmt: str, draft, texts: list[Text], greedy: list[torch.Tensor],
                    place: Placement) -> _Draft:
     """The draft packed as fmt, as the engines build it (pruned LM head, packed weights)."""
-    from swiftspec.draft import build_drafter
+    from swiftspec.spec import build_drafter
 
     drafter = build_drafter(draft, config.tree, max(len(t.ids) for t in texts) + 2 * DRAFT_ROWS[-1],
                             config.draft_vocab, fmt)

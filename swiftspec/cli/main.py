@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from swiftspec.errors import EngineFault, UserError
-from swiftspec.serve.engine_args import add_engine_arguments, engine_config_from_args
+from swiftspec.cli.engine_args import add_engine_arguments, engine_config_from_args
 
 
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="complete a HumanEval prompt: ar, the auto choice and async side by side")
     add_engine_arguments(demo, with_mode=False)
-    from swiftspec.serve import demo as demo_mod
+    from swiftspec.cli import demo as demo_mod
 
     demo_mod.add_arguments(demo)
 
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     perplexity.add_arguments(ppl)
 
     trace = sub.add_parser("trace", help="summarize a --trace file, and draw its timeline (--png)")
-    from swiftspec.serve import trace_view
+    from swiftspec.cli import trace_view
 
     trace_view.add_arguments(trace)
 
@@ -126,17 +126,17 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from swiftspec.serve import server
 
-        return server.run(args)
+        return server.run(server.server_config_from_args(args), engine_config_from_args(args))
     if args.command == "demo":
-        from swiftspec.serve import demo
+        from swiftspec.cli import demo
 
         return demo.run(args, engine_config_from_args(args, mode="auto"))
     if args.command == "bench":
         from swiftspec import bench
 
-        return bench.run(args)
+        return bench.run(args, engine_config_from_args(args, mode="ar"))
     if args.command == "trace":
-        from swiftspec.serve import trace_view
+        from swiftspec.cli import trace_view
 
         return trace_view.run(args)
     if args.command == "info":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.draft.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
+from swiftspec.spec.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
 from swiftspec.sampling import SamplingParams
 from swiftspec.tree import Reroot, Subtree, TokenTree, graft, new_tree, reroot, reweight, select_subtree
 

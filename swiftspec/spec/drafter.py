@@ -6,7 +6,7 @@ verification the drafter re-roots at the last verified token, commits the accept
 prefix and compacts the surviving subtree; only a verified token that was never expanded (at most
 one per round, the *pending* token, or a run of grafted lookup nodes) is recomputed, folded into
 the next forward.  With prompt lookup on, the continuations of the verified text are grafted at
-each new root (draft/lookup.py); the draft expands them like its own nodes once they rank high.
+each new root (spec/lookup.py); the draft expands them like its own nodes once they rank high.
 A pruned head serves a request only while its text stays inside the pruned vocabulary (the
 prompt, then every verified token); past that the request drafts with the full head, so a
 workload the table does not cover (chat, other languages) loses no acceptance.
@@ -21,10 +21,10 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import TreeConfig
-from swiftspec.draft.lookup import PromptLookup
-from swiftspec.draft.vocab import PROMPT_SLACK, pruned_vocab
-from swiftspec.runtime.cuda_graph import attach
-from swiftspec.runtime.runner import ModelRunner, causal_mask
+from swiftspec.spec.lookup import PromptLookup
+from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
+from swiftspec.exec.cuda_graph import attach
+from swiftspec.exec.runner import ModelRunner, causal_mask
 from swiftspec.sampling import SamplingParams, draft_logprobs
 from swiftspec.tree import (
     Subtree,

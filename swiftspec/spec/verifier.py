@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from swiftspec.runtime.cuda_graph import attach
-from swiftspec.runtime.runner import ModelRunner
+from swiftspec.exec.cuda_graph import attach
+from swiftspec.exec.runner import ModelRunner
 from swiftspec.sampling import SamplingParams
 from swiftspec.verify import Acceptance, verify_greedy, verify_stochastic
 

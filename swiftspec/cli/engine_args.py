@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
-from swiftspec.runtime import default_draft_weights
+from swiftspec.exec.load import default_draft_weights
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",

@@ -1,0 +1,36 @@
+"""Load a model ready to run: the target packed as its weight format asks, the draft's default
+format, and the check that a pair shares its tokenizer."""
+
+from __future__ import annotations
+
+from swiftspec import kernels
+from swiftspec.config import ConfigError, LoadConfig
+from swiftspec.kernels import cpu_ext
+from swiftspec.parallel.state import ParallelState
+from swiftspec.weights import load_model
+
+
+def load_target(source: str, load: LoadConfig, parallel=None):
+    """Load a target model (or this rank's shard) and pack its weights as `load.weights` asks."""
+    loaded = load_model(source, load, parallel or ParallelState())
+    kernels.prepare_model_(loaded.model, load.weights)
+    return loaded
+
+
+def default_draft_weights(target: LoadConfig) -> str:
+    """The draft's weight format when --draft-weights is not given.
+
+    A bf16 target on CPU gets an int8 draft when the C++ kernels are available: the draft only
+    proposes tokens, so its precision never changes the output, and int8 halves the bytes each
+    draft forward reads (its acceptance on HumanEval matches a bf16 draft's).  Otherwise the
+    draft uses the target's format."""
+    if target.weights != "bf16" or not target.device.startswith("cpu") or target.dtype != "bfloat16":
+        return target.weights
+    return "int8" if cpu_ext.load() is not None else "bf16"
+
+
+def check_pair(target, draft) -> None:  # the Tokenizers of target and draft (swiftspec.tokenizer)
+    """Draft and target must share a tokenizer: the tree carries token ids between them."""
+    probe = "def check(pair):\n    return 'ok'  # ünï\n"
+    if target.encode(probe) != draft.encode(probe):
+        raise ConfigError("the draft model's tokenizer differs from the target's; pick a draft of the same family")
