@@ -149,15 +149,15 @@ class EngineRunner:
             round_tokens=sum(stats.accept_lengths),
             draft_s=stats.draft_s,
             verify_s=stats.verify_s,
-            busy=_busy_fractions(getattr(self.engine, "trace_summary", None)),
+            busy=_busy_fractions(stats.spans),
         )
 
     def close(self) -> None:
         self.engine.close()
 
 
-def _busy_fractions(summary: dict | None) -> dict[str, float] | None:
-    """Each group's busy fraction from an async engine's timeline summary (None for other modes)."""
+def _busy_fractions(summary: dict) -> dict[str, float] | None:
+    """Each group's busy fraction from an async request's span summary (None for other modes)."""
     if not summary or "target" not in summary:
         return None
     return {side: summary[side]["busy_fraction"] for side in ("target", "draft")}

@@ -111,13 +111,12 @@ def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sou
 
 def _our_draft_forwards(engine: object, config: EngineConfig) -> float:
     """Draft forwards per round of our modes: k for chain, the tree depth d for tree/async (when d is
-    0 the engine picked it: SerialEngine falls back to a fixed d, AsyncEngine profiles; both keep it
-    as `depth`). Async drafts may also top up the tree, so its figure is a lower estimate."""
+    0 the engine picked it at start-up and keeps it in its StartupProfile). Async drafts may also top up the tree, so its figure is a lower estimate."""
     if config.mode == "ar":
         return 0.0
     if config.mode == "chain":
         return float(config.tree.chain_length)
-    return float(config.tree.depth or getattr(engine, "depth", 0))
+    return float(config.tree.depth or engine.profile.depth)
 
 
 def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,

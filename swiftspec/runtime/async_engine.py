@@ -33,7 +33,7 @@ from swiftspec.parallel.groups import (
     plan_cores,
 )
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
-from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, choose_depth
+from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, StartupProfile, choose_depth
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
 from swiftspec.runtime.supervisor import POLL_S, Limits, Watchdog, WorkerPool
 from swiftspec.spec import TreeVerifier
@@ -63,7 +63,6 @@ class AsyncEngine:
         self.verify_size = config.tree.verify_size
         self.max_seq_len = config.target_load.max_seq_len
         self.stats = GenerationStats()
-        self.trace_summary: dict = {}
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
         self.limits = Limits()
         self._fault: str | None = None  # a request failed with the groups out of step
@@ -79,7 +78,7 @@ class AsyncEngine:
         try:
             self._launch()
             self.tokenizer = self.target.tokenizer
-            self.depth = config.tree.depth or self._choose_depth()
+            self.profile = StartupProfile(depth=config.tree.depth) if config.tree.depth else self._choose_depth()
             self.limits = self._profile_limits()
         except BaseException:
             self.close()
@@ -156,12 +155,21 @@ class AsyncEngine:
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
+        yield from self._run(req, prompt, params, depth or self.depth)
+
+    @property
+    def depth(self) -> int:
+        return self.profile.depth
+
+    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
+        """generate() of a request already set up: fails at once while a fault stands, and turns a
+        failure in the middle into a recorded fault."""
         fault = self.fault
         if fault is not None:
             raise EngineFault(f"the async workers are down ({fault}); the engine must recover first")
         try:
             with pinned(self.cores) if self.on_cpu else contextlib.nullcontext():
-                yield from self._generate(req, prompt, params, depth or self.depth)
+                yield from self._generate(req, prompt, params, depth)
         except LinkError as exc:  # only a failed message is a lost contact
             raise self._stop_workers(self._cause(exc)) from None
         except Exception as exc:  # keeps its type and message; the groups are out of step now
@@ -262,20 +270,20 @@ class AsyncEngine:
             raise EngineFault(f"protocol error: expected the draft's report, got {type(reply).__name__}")
         stats.draft_s = reply.seconds
         stats.verify_s = sum(e - s for c, s, e in timeline.events if c in (CODE["forward"], CODE["verify"]))
-        target_ev = timeline.as_tensor()
-        self.trace_summary = summarize(target_ev, reply.events)
+        stats.spans = summarize(timeline.as_tensor(), reply.events)
         if self.trace is not None:
             self.trace.add(request_trace(timeline, reply.events))
 
-    def _choose_depth(self) -> int:
+    def _choose_depth(self) -> StartupProfile:
         """d by profiling: time both sides at d = 1, then keep the faster of floor(t_t/t_d) and +1."""
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
         stats = self._warmup(prompt, 1)
-        spans = self.trace_summary
+        spans = stats.spans
         t_target = (spans["target"]["spans_s"].get("forward", 0.0)) / max(1, stats.rounds)
         expands = max(1, stats.rounds + 1)
         t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / expands
-        return choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d).tokens_per_s, "async")
+        depth = choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d).tokens_per_s, "async")
+        return StartupProfile(depth=depth, t_target_s=t_target, t_draft_s=t_draft)
 
     def _profile_limits(self) -> Limits:
         """Hang limits from a warm-up at the chosen d (the second of two: the first pays one-time
@@ -289,9 +297,11 @@ class AsyncEngine:
         return limits
 
     def _warmup(self, prompt: list[int], depth: int) -> GenerationStats:
-        for _ in self.generate(prompt, SamplingParams(), 24, depth=depth):
+        """Run a 24-token greedy request at d = depth; its stats."""
+        req = RequestState(prompt, 24, self.max_seq_len, self.tokenizer.eos_token_ids)
+        for _ in self._run(req, prompt, SamplingParams(), depth):
             pass
-        return self.stats
+        return req.stats
 
     def close(self) -> None:
         """Shut the workers down (killed if they are out of step or slow to exit); leave the groups."""

@@ -51,6 +51,17 @@ def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], floa
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class StartupProfile:
+    """What an engine measured at start-up, returned by its profiling and kept by the engine (the
+    bench and the logs read it): the d it runs with and the times that chose it."""
+
+    depth: int  # d: draft expansions per round (the given --depth, or the profiled one)
+    t_target_s: float = 0.0  # one target forward over a subtree; 0 when not measured
+    t_draft_s: float = 0.0  # one draft expansion; 0 when not measured
+    verify_s: tuple[float, ...] = ()  # serial tree, adaptive verification: seconds to verify 1..bs nodes
+
+
 @dataclass(slots=True)
 class GenerationStats:
     """Filled in while a request runs; read after its iterator is exhausted."""
@@ -63,6 +74,7 @@ class GenerationStats:
     draft_s: float = 0.0  # time spent in draft forwards (serial modes)
     verify_s: float = 0.0  # time spent in target forwards + verification
     accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per target forward
+    spans: dict = field(default_factory=dict)  # async: both groups' busy time per span (trace.summarize)
 
     @property
     def acceptance_length(self) -> float:

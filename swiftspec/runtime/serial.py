@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -10,18 +11,18 @@ from typing import Callable, Iterator
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.base import (
     WARMUP_PROMPT,
     GenerationStats,
     RequestState,
+    StartupProfile,
     deepest_depth,
     log,
     serial_depth,
 )
-from swiftspec.spec import TreeVerifier
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+from swiftspec.spec import TreeDrafter, TreeVerifier
 
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
 VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
@@ -125,32 +126,48 @@ class SerialEngine:
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
         self.timelines = (Timeline(), Timeline())  # this request's (target, draft) spans
         self.costs = RoundCosts()
-        self.depth = cfg.depth or (self._adaptive_depth() if cfg.adaptive else self._profile_depth())
-        if cfg.adaptive and cfg.adaptive_verify:
-            self.costs.verify_s = self._profile_verify()
+        self.profile = self._profile()
+        self.costs.verify_s = list(self.profile.verify_s)
 
-    def _adaptive_depth(self) -> int:
+    @property
+    def depth(self) -> int:
+        return self.profile.depth
+
+    def _profile(self) -> StartupProfile:
+        """d (given, the adaptive cap, or profiled) and, for adaptive verification, the verify times."""
+        cfg = self.cfg
+        profile = StartupProfile(depth=cfg.depth) if cfg.depth else (
+            self._adaptive_depth() if cfg.adaptive else self._profile_depth())
+        if cfg.adaptive and cfg.adaptive_verify:
+            profile = dataclasses.replace(profile, verify_s=tuple(self._profile_verify()))
+        return profile
+
+    def _adaptive_depth(self) -> StartupProfile:
         """With the cost rule (RoundCosts) ending rounds, d only caps them: the deepest a bs-node
-        subtree reaches.  Measured on the default pair, 6 HumanEval prompts, int4 target: d = 7
-        at 46.4 tok/s against d = 5 at 44.5."""
+        subtree reaches (docs/bench: d = 7 beats d = 5 on the default pair)."""
         depth = deepest_depth(self.cfg.verify_size)
         log.warning("tree: adaptive rounds of up to d=%d expansions", depth)
-        return depth
+        return StartupProfile(depth=depth)
 
-    def _profile_depth(self) -> int:
+    def _profile_depth(self) -> StartupProfile:
         """Time a short warm-up at d = PROFILE_DEPTH (the second of two: the first pays one-time
         costs), then serial_depth (logged)."""
-        self.depth = PROFILE_DEPTH
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
         for _ in range(2):
             self.costs = RoundCosts()  # both times come from the last warm-up alone
-            for _ in self.generate(prompt, SamplingParams(), 16):
-                pass
-        t_verify, t_expand = self.stats.verify_s / max(1, self.stats.rounds), self.costs.expand_s
+            stats = self._warmup(prompt, PROFILE_DEPTH)
+        t_verify, t_expand = stats.verify_s / max(1, stats.rounds), self.costs.expand_s
         depth = serial_depth(t_verify, t_expand, self.cfg.verify_size)
         log.warning("tree: t_target %.1f ms, t_draft %.1f ms per expansion; using d=%d",
                     1e3 * t_verify, 1e3 * t_expand, depth)
-        return depth
+        return StartupProfile(depth=depth, t_target_s=t_verify, t_draft_s=t_expand)
+
+    def _warmup(self, prompt: list[int], depth: int) -> GenerationStats:
+        """Run a 16-token greedy request at d = depth; its stats."""
+        req = RequestState(prompt, 16, self.max_seq_len, self.tokenizer.eos_token_ids)
+        for _ in self._run(req, prompt, SamplingParams(), depth):
+            pass
+        return req.stats
 
     def _profile_verify(self) -> list[float]:
         """Seconds to verify n = 1..bs nodes (target forward and greedy verification of a chain
@@ -187,6 +204,9 @@ class SerialEngine:
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
+        yield from self._run(req, prompt, params, self.depth)
+
+    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
         target_tl, draft_tl = self.timelines = (Timeline(), Timeline())
         rng = make_generator(params.seed, self.target.runner.device)
         try:
@@ -200,19 +220,19 @@ class SerialEngine:
             with draft_tl.span("prefill"):
                 self.drafter.start(prompt, first[0], params)
             while not req.done:
-                out = req.emit(self.step(params, rng, req.stats))
+                out = req.emit(self.step(params, rng, req.stats, depth))
                 if out:
                     yield out
         finally:
             if self.trace is not None:
                 self.trace.add(request_trace(target_tl, draft_tl))
 
-    def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats) -> list[int]:
+    def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats, depth: int) -> list[int]:
         """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
         adapt = self._adapts(params)
         floor = self.costs.min_weight() if adapt else -math.inf
-        expansions = self.drafter.draft(self.depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
+        expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         t_select = time.perf_counter()
         costs = self.costs.verify_costs() if adapt else None  # verify only the nodes that repay it
         sub = self.drafter.subtree(self.cfg.verify_size, costs, t_select - t0 + self.costs.other_s, self.costs.trust())

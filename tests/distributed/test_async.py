@@ -37,7 +37,7 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
             prompt = [rng.randrange(3, 500) for _ in range(rng.randint(1, 24))]
             want = flat(ar, prompt, SamplingParams(), 32)
             assert flat(engine, prompt, SamplingParams(), 32) == want, i
-        summary = engine.trace_summary
+        summary = engine.stats.spans
         assert summary["target"]["spans_s"]["forward"] > 0 and summary["draft"]["spans_s"]["expand"] > 0
         doc = json.loads((tmp_path / "t.json").read_text())
         assert trace_problems(doc) == [] and doc["otherData"]["requests"] == 30  # not the depth profile
