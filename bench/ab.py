@@ -23,8 +23,8 @@ def engine(spec: str):
     fields = spec.split(":")
     mode, draft_weights, depth, adaptive = fields[:4]
     target_weights, verify_size, verify = (fields[4:] + ["bf16", "8", "1"][len(fields[4:]):])[:3]
-    tree = TreeConfig(depth=int(depth), adaptive=int(adaptive), verify_size=int(verify_size),
-                      adaptive_verify=int(verify))
+    tree = TreeConfig(depth=int(depth), adaptive=bool(int(adaptive)), verify_size=int(verify_size),
+                      adaptive_verify=bool(int(verify)))
     return build_engine(EngineConfig(
         mode=mode, tree=tree,
         target_load=LoadConfig(weights=target_weights), draft_load=LoadConfig(weights=draft_weights)))

@@ -65,7 +65,7 @@ def main() -> None:
               for h in pruned}
     engines = {}
     for head, lookup in variants:
-        cfg = TreeConfig(lookup=lookup, depth=args.depth, adaptive=args.adaptive)
+        cfg = TreeConfig(lookup=bool(lookup), depth=args.depth, adaptive=bool(args.adaptive))
         vocab = vocabs.get("mixed" if head == "prompt" else head)
         rows = None if vocab is None else kernels.prepare_weight(full_rows[vocab].contiguous(), args.weights)
         drafter = TreeDrafter(draft.model, cfg, load.max_seq_len, vocab, rows)

@@ -27,9 +27,9 @@ class TreeConfig:
     topk: int = 8  # children proposed per expanded leaf
     budget: int = 1024  # most nodes a tree may hold (a small budget starves the async tree's depth)
     chain_length: int = 4  # k: draft tokens per round in chain mode
-    adaptive: int = 1  # serial tree: 1 = skip leaves not worth a draft forward (ends rounds early), 0 = off
-    adaptive_verify: int = 1  # serial tree with adaptive rounds: 1 = verify only nodes worth their rows, 0 = all bs
-    lookup: int = 1  # 1 = add prompt-lookup (n-gram) candidates to the tree as branches, 0 = off
+    adaptive: bool = True  # serial tree: skip leaves not worth a draft forward (ends rounds early)
+    adaptive_verify: bool = True  # serial tree with adaptive rounds: verify only nodes worth their rows (else all bs)
+    lookup: bool = True  # add prompt-lookup (n-gram) candidates to the tree as branches
     lookup_tokens: int = 8  # most tokens of one lookup candidate
     lookup_branches: int = 3  # most distinct continuations grafted per lookup
     lookup_ngram: int = 4  # longest n-gram matched against the prompt and output (down to 1)
@@ -40,8 +40,8 @@ class TreeConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("adaptive", "adaptive_verify", "lookup"):
-            if getattr(self, name) not in (0, 1):
-                raise ConfigError(f"tree setting {name} must be 0 or 1, got {getattr(self, name)}")
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"tree setting {name} must be True or False, got {getattr(self, name)!r}")
         if self.depth < 0:
             raise ConfigError(f"tree depth must be >= 0, got {self.depth}")
         if self.budget < self.verify_size + self.width * self.topk:

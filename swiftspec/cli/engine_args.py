@@ -8,6 +8,7 @@ import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.exec.load import default_draft_weights
+from swiftspec.kernels import MAX_DECODER_ROWS
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",
@@ -16,10 +17,10 @@ _TREE_HELP = {
     "topk": "children proposed per expanded leaf",
     "budget": "most nodes a draft tree may hold",
     "chain_length": "draft tokens per round in chain mode",
-    "adaptive": "serial tree: 1 = expand only leaves whose draft probability repays a forward, 0 = always d",
-    "adaptive_verify": "serial tree with --adaptive 1: 1 = verify only the subtree nodes that repay their rows, "
-                       "0 = always bs",
-    "lookup": "1 = add prompt-lookup (n-gram) candidates from the prompt and output to the tree, 0 = off",
+    "adaptive": "serial tree: expand only leaves whose draft probability repays a forward (else always d)",
+    "adaptive_verify": "serial tree with --adaptive: verify only the subtree nodes that repay their rows "
+                       "(else always bs)",
+    "lookup": "add prompt-lookup (n-gram) candidates from the prompt and output to the tree",
     "lookup_tokens": "most tokens of one prompt-lookup candidate",
     "lookup_branches": "most distinct prompt-lookup continuations per round",
     "lookup_ngram": "longest n-gram that prompt lookup matches",
@@ -77,7 +78,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
                              "(0 = a few seconds past the profiled round; a request's first round gets more, "
                              "by prompt length)")
     for f in dataclasses.fields(TreeConfig):
-        parser.add_argument(_flag(f.name), type=int, default=None, help=f"{_TREE_HELP[f.name]} (default {f.default})")
+        kind = {"action": argparse.BooleanOptionalAction} if isinstance(f.default, bool) else {"type": int}
+        parser.add_argument(_flag(f.name), default=None, help=f"{_TREE_HELP[f.name]} (default {f.default})", **kind)
 
 
 def given_flags(args: argparse.Namespace) -> list[str]:
@@ -102,6 +104,15 @@ def check_flags(args: argparse.Namespace, mode: str) -> None:
                               "would ignore it")
 
 
+def check_rows(args: argparse.Namespace, device: str) -> None:
+    """Refuse a --verify-size past the rows the CPU kernels take in one call: verification would
+    silently leave the fused path (one-line ConfigError)."""
+    size = getattr(args, "verify_size", None)
+    if size is not None and device.startswith("cpu") and size > MAX_DECODER_ROWS:
+        raise ConfigError(f"--verify-size {size} exceeds the {MAX_DECODER_ROWS} rows the CPU kernels verify in "
+                          "one call")
+
+
 def _value(args: argparse.Namespace, name: str, default):  # noqa: ANN001, ANN202 - any field's type
     value = getattr(args, name, None)
     return default if value is None else value
@@ -117,6 +128,7 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         check_flags(args, chosen)
     defaults = EngineConfig()
     device = args.device or default_device()
+    check_rows(args, device)
     target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=args.weights)
     draft_load = dataclasses.replace(target_load, weights=args.draft_weights or default_draft_weights(target_load))
     tree = TreeConfig(**{f.name: _value(args, f.name, f.default) for f in dataclasses.fields(TreeConfig)})

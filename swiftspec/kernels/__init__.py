@@ -19,7 +19,7 @@ from swiftspec.kernels.convert import (
     quantize_model_,
     quantize_weight,
 )
-from swiftspec.kernels.decoder import MAX_FUSED_ROWS as MAX_FUSED_CPU_ROWS
+from swiftspec.kernels.decoder import MAX_DECODER_ROWS
 from swiftspec.kernels.decoder import CpuDecoder, LayerWeights, cpu_decoder
 from swiftspec.kernels.quant import (
     QuantWeight,
@@ -31,7 +31,7 @@ from swiftspec.kernels.quant import (
 )
 from swiftspec.kernels.rowwise import rms_norm_ref
 from swiftspec.kernels.swiglu import (
-    MAX_FUSED_ROWS,
+    MAX_SWIGLU_ROWS,
     swiglu_act_ref,
     swiglu_act_triton,
     swiglu_ref,
@@ -40,7 +40,7 @@ from swiftspec.kernels.swiglu import (
 from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
-    "CpuDecoder", "LayerWeights", "MAX_FUSED_CPU_ROWS", "QuantWeight", "attention", "cpu_decoder",
+    "CpuDecoder", "LayerWeights", "MAX_DECODER_ROWS", "QuantWeight", "attention", "cpu_decoder",
     "dequantize", "linear", "prepare_model_", "prepare_weight",
     "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
@@ -136,9 +136,9 @@ def swiglu_act(gate_up: torch.Tensor) -> torch.Tensor:
 def swiglu(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """silu(x Wg^T) * (x Wu^T) [M, I] for x [M, H] and the packed gate_up weight [2I, H] (+ bias [2I]).
 
-    One fused Triton kernel for a plain CUDA weight and M <= MAX_FUSED_ROWS; otherwise `linear`
+    One fused Triton kernel for a plain CUDA weight and M <= MAX_SWIGLU_ROWS; otherwise `linear`
     (so a QuantWeight keeps its kernels) followed by `swiglu_act`."""
     plain = isinstance(weight, torch.Tensor) and bias is None and weight.dtype == x.dtype
-    if use_triton(x) and plain and x.shape[0] <= MAX_FUSED_ROWS and x.stride(-1) == weight.stride(-1) == 1:
+    if use_triton(x) and plain and x.shape[0] <= MAX_SWIGLU_ROWS and x.stride(-1) == weight.stride(-1) == 1:
         return swiglu_triton(x, weight)
     return swiglu_act(linear(x, weight, bias))

@@ -17,7 +17,7 @@ import torch
 from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.quant import QuantWeight
 
-MAX_FUSED_ROWS = cpu_ext.MAX_SMALL_ROWS  # longer calls (prefill) run the unfused model
+MAX_DECODER_ROWS = cpu_ext.MAX_SMALL_ROWS  # longer calls (prefill) run the unfused model
 _EMPTY = torch.empty(0)
 
 
@@ -75,7 +75,7 @@ class CpuDecoder:
 
     def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                  cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x [T, hidden] embeddings (T <= MAX_FUSED_ROWS) -> final-normed hidden [T, hidden].
+        """x [T, hidden] embeddings (T <= MAX_DECODER_ROWS) -> final-normed hidden [T, hidden].
 
         k_cache, v_cache [layers, S_max, kv_heads, head_dim] contiguous; slots [T] int64 (each
         layer's K/V of this call is written there first); cos, sin [T, head_dim] RoPE rows

@@ -3,7 +3,7 @@
 Two Triton kernels, each with a plain-torch reference of the same signature:
 - `swiglu_act(gate_up [M, 2I]) -> [M, I]`: the activation and product, fused (any M);
 - `swiglu(x [M, H], weight [2I, H]) -> [M, I]`: the gate and up matmuls fused with the activation,
-  for M <= MAX_FUSED_ROWS (decode and tree verification). Each program owns BLOCK_N columns of both
+  for M <= MAX_SWIGLU_ROWS (decode and tree verification). Each program owns BLOCK_N columns of both
   halves, so one pass streams the weight once and the [M, 2I] intermediate never reaches memory.
 The kernels accumulate and activate in fp32 and round once; the references round as the model's
 CPU path does (bf16 after the matmul, after silu and after the product), so they agree to bf16 ulps.
@@ -18,7 +18,7 @@ from swiftspec.kernels.triton_support import cdiv, jit
 
 tl = None  # triton.language, bound by triton_support.jit when a kernel here is first built
 
-MAX_FUSED_ROWS = 16  # one BLOCK_M tile of rows: tl.dot wants at least 16
+MAX_SWIGLU_ROWS = 16  # one BLOCK_M tile of rows: tl.dot wants at least 16
 ACT_BLOCK = 1024  # columns per program of swiglu_act
 
 
@@ -44,16 +44,16 @@ def swiglu_act_triton(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def swiglu_triton(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Triton swiglu: x [M <= MAX_FUSED_ROWS, H], weight [2I, H] (unit stride along H) -> [M, I]."""
+    """Triton swiglu: x [M <= MAX_SWIGLU_ROWS, H], weight [2I, H] (unit stride along H) -> [M, I]."""
     rows, hidden = x.shape
     inter = weight.shape[0] // 2
-    if rows > MAX_FUSED_ROWS:
-        raise ValueError(f"swiglu_triton takes at most {MAX_FUSED_ROWS} rows, got {rows}")
+    if rows > MAX_SWIGLU_ROWS:
+        raise ValueError(f"swiglu_triton takes at most {MAX_SWIGLU_ROWS} rows, got {rows}")
     block_n = 32 if inter <= 8192 else 64  # more programs when I is small
     out = x.new_empty((rows, inter))
     jit(_fused_kernel, ("rows", "inter", "hidden"))[(cdiv(inter, block_n),)](
         x, weight, out, rows, inter, hidden, x.stride(0), weight.stride(0), out.stride(0),
-        BLOCK_M=MAX_FUSED_ROWS, BLOCK_N=block_n, BLOCK_K=128,
+        BLOCK_M=MAX_SWIGLU_ROWS, BLOCK_N=block_n, BLOCK_K=128,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
     )
     return out

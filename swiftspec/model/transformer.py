@@ -138,7 +138,7 @@ class Transformer(nn.Module):
         """The fused CPU forward of the layers (kernels.cpu_decoder) for a call of `rows` tokens, or
         None where it does not apply; rebuilt whenever a linear weight was replaced (prepare_model_
         packs them after loading; loads copy into the same tensors, which the fused forward shares)."""
-        if not 1 <= rows <= kernels.MAX_FUSED_CPU_ROWS or not self.fuse_cpu_layers or self.parallel.tp_size > 1 \
+        if not 1 <= rows <= kernels.MAX_DECODER_ROWS or not self.fuse_cpu_layers or self.parallel.tp_size > 1 \
                 or self.device.type != "cpu":
             return None
         weights = [m.weight for m in self._linears]

@@ -16,7 +16,7 @@ def chain_config(tree: TreeConfig) -> TreeConfig:
     lookup branches, which would make it a tree)."""
     k = tree.chain_length
     return dataclasses.replace(tree, width=1, topk=1, depth=k, verify_size=k + 1, budget=max(tree.budget, 2 * k + 2),
-                               adaptive=0, lookup=0)
+                               adaptive=False, lookup=False)
 
 
 def build_engine(config: EngineConfig) -> Engine:

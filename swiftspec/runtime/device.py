@@ -73,7 +73,7 @@ def greedy_tokens(device: str) -> list[int]:
         draft = make_perturbed_draft(target, Path(tmp) / "draft")
         load = LoadConfig(device=device, dtype="float32", max_seq_len=128)
         engine = build_engine(EngineConfig(mode="tree", target=str(target), draft=str(draft), target_load=load,
-                                           draft_load=load, tree=TreeConfig(depth=2, budget=96, adaptive=0)))
+                                           draft_load=load, tree=TreeConfig(depth=2, budget=96, adaptive=False)))
         try:
             prompt = engine.tokenizer.encode("def add(a, b):")
             return [t for chunk in engine.generate(prompt, SamplingParams(), CHECK_TOKENS) for t in chunk]

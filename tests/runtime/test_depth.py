@@ -37,7 +37,7 @@ def test_async_rule_tries_d0_and_one_more(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_serial_engine_profiles_its_depth(tiny_target, tiny_draft, caplog: pytest.LogCaptureFixture) -> None:
-    cfg = TreeConfig(depth=0, adaptive=0)
+    cfg = TreeConfig(depth=0, adaptive=False)
     with caplog.at_level(logging.WARNING, logger="swiftspec"):
         engine = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256)
     assert 2 <= engine.depth <= MAX_PROFILED_DEPTH
@@ -98,5 +98,5 @@ def test_adaptive_engine_profiles_every_verification_size(tiny_target, tiny_draf
         engine = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, cfg, 256), cfg, 256)
     assert len(engine.costs.verify_s) == 5 and all(0 < s < 10 for s in engine.costs.verify_s)
     assert "verifying 1..5 nodes takes" in caplog.text
-    for off in (TreeConfig(depth=0, adaptive=0), TreeConfig(depth=0, adaptive_verify=0)):  # verify all bs
+    for off in (TreeConfig(depth=0, adaptive=False), TreeConfig(depth=0, adaptive_verify=False)):  # verify all bs
         assert SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, off, 256), off, 256).costs.verify_s == []

@@ -65,10 +65,10 @@ def test_greedy_with_lookup_candidates_equals_ar(tiny_target, tiny_draft) -> Non
 
 def test_tree_accepts_more_than_one_token_per_round(sharp_pair_dirs) -> None:
     """With the target as its own draft every greedy proposal on the best path is right.
-    (adaptive=0: a draft as slow as the target is never worth a forward, so the cost rule would
+    (adaptive=False: a draft as slow as the target is never worth a forward, so the cost rule would
     rightly stop drafting.)"""
     target = load_model(str(sharp_pair_dirs[0]), FP32)
-    cfg = TreeConfig(depth=4, adaptive=0)
+    cfg = TreeConfig(depth=4, adaptive=False)
     eng = SerialEngine(target, TreeDrafter(target.model, cfg, 256), cfg, 256)
     generate_all(eng, [5, 6, 7], SamplingParams(), 40)
     assert eng.stats.acceptance_length > 2.5

@@ -109,7 +109,7 @@ def test_flags_narrow_auto() -> None:
     assert auto_candidates(_args()) == ("ar", "chain", "tree", "async")
     assert auto_candidates(_args("--draft-model", "d", "--draft-weights", "int4")) == ("ar", "chain", "tree", "async")
     assert auto_candidates(_args("--width", "4")) == ("tree", "async")
-    assert auto_candidates(_args("--adaptive", "0")) == ("tree",)
+    assert auto_candidates(_args("--no-adaptive")) == ("tree",)
     assert auto_candidates(_args("--target-tp", "2")) == ("async",)
     with pytest.raises(ConfigError, match="flags --chain-length, --draft-cores apply to no common mode"):
         auto_candidates(_args("--chain-length", "3", "--draft-cores", "1"))
@@ -119,11 +119,27 @@ def test_flags_narrow_auto() -> None:
 
 
 @pytest.mark.parametrize("argv", [("--mode", "ar", "--draft-model", "d"), ("--mode", "tree", "--chain-length", "3"),
-                                  ("--mode", "chain", "--target-tp", "2"), ("--mode", "async", "--adaptive", "0")])
+                                  ("--mode", "chain", "--target-tp", "2"), ("--mode", "async", "--no-adaptive")])
 def test_an_explicit_mode_refuses_flags_it_would_ignore(argv) -> None:
     with pytest.raises(ConfigError) as err:
         engine_config_from_args(_args(*argv))
     assert "would ignore it" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_verify_size_past_the_kernel_rows_is_refused() -> None:
+    from swiftspec.kernels import MAX_DECODER_ROWS
+
+    with pytest.raises(ConfigError, match="exceeds the 16 rows") as err:
+        engine_config_from_args(_args("--mode", "tree", "--verify-size", str(MAX_DECODER_ROWS + 1)))
+    assert "\n" not in str(err.value)
+    assert engine_config_from_args(_args("--mode", "tree", "--verify-size", str(MAX_DECODER_ROWS))).tree.verify_size == 16
+
+
+def test_switches_are_booleans() -> None:
+    config = engine_config_from_args(_args("--mode", "tree", "--no-adaptive", "--adaptive-verify", "--no-lookup"))
+    assert config.tree.adaptive is False and config.tree.adaptive_verify is True and config.tree.lookup is False
+    with pytest.raises(ConfigError):
+        TreeConfig(adaptive=0)
 
 
 def test_defaults_are_auto_and_cpu() -> None:

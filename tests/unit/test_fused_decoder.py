@@ -16,7 +16,7 @@ from swiftspec.kernels.convert import is_linear
 from swiftspec.testing import random_kquant_blocks, random_weights
 from swiftspec.tree import mask_from_parents
 
-PROMPT = 20  # > MAX_FUSED_CPU_ROWS: the prefill runs unfused in both models
+PROMPT = 20  # > MAX_DECODER_ROWS: the prefill runs unfused in both models
 PARENTS = torch.tensor([-1, 0, 0, 1, 1, 2, 3])  # a 7-node tree verified after the prompt
 
 
@@ -110,8 +110,8 @@ def test_not_used_where_it_does_not_apply() -> None:
     plain = Transformer(args, dtype=torch.float32)  # unpacked weights run ATen
     assert plain._cpu_decoder(1) is None
     model = _model(args, torch.float32, "int8")
-    assert model._cpu_decoder(kernels.MAX_FUSED_CPU_ROWS) is not None
-    assert model._cpu_decoder(kernels.MAX_FUSED_CPU_ROWS + 1) is None  # prefill-sized calls
+    assert model._cpu_decoder(kernels.MAX_DECODER_ROWS) is not None
+    assert model._cpu_decoder(kernels.MAX_DECODER_ROWS + 1) is None  # prefill-sized calls
     assert model._cpu_decoder(0) is None
 
 
