@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from swiftspec.kernels import cpu_ext
 
@@ -19,6 +20,16 @@ class RealPair:
 
     target: Path
     draft: Path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Small tensors: intra-op threads only add contention on a shared machine (a module asks for
+    it with pytestmark = pytest.mark.usefixtures("one_thread"))."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,10 +11,8 @@ from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from spec_stats import exact_distribution, first_tokens, goodness_of_fit, sharp_pair  # noqa: E402
-from trace_format import trace_problems  # noqa: E402
+from spec_stats import exact_distribution, first_tokens, goodness_of_fit, sharp_pair
+from trace_format import trace_problems
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)
 

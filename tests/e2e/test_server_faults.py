@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,8 +19,7 @@ from server_harness import MODEL, LiveServer, tiny_async_engine
 
 from swiftspec.runtime.async_worker import JITTER_ENV
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-from spec_stats import sharp_pair  # noqa: E402
+from spec_stats import sharp_pair
 
 PROMPT = "def fibonacci(n):"
 LONG = 3000  # tokens: many seconds of decoding, so that the fault lands mid-stream

@@ -15,13 +15,7 @@ from swiftspec.sampling import SamplingParams, make_generator, process_logits, s
 FAST = settings(max_examples=60, deadline=None)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: intra-op threads only add contention on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _reference(row: list[float], params: SamplingParams) -> list[float]:

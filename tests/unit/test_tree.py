@@ -34,13 +34,7 @@ VOCAB = 16
 LOGPROB = st.sampled_from([0.0, -0.5, -1.0, -2.0]) | st.floats(-6.0, 0.0, width=32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: intra-op threads only add contention on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @st.composite

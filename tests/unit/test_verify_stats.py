@@ -204,13 +204,7 @@ def _chi2(outcomes: torch.Tensor, probs: torch.Tensor) -> tuple[float, float]:
     return stat, _chi2_threshold(int(keep.sum()) - 1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: intra-op threads only add contention on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 CASES = {
