@@ -199,9 +199,8 @@ class Transformer(nn.Module):
 def cpu_gemv_path(rows: int, device: torch.device) -> Iterator[None]:
     """During a one-row call on CPU, send plain matmuls to ATen's gemv instead of oneDNN.
 
-    Measured on the 2-core dev box (Qwen2.5-1.5B shape, bf16, 2 threads): oneDNN runs a one-row
-    bf16 matmul at 13-19 GB/s, ATen's gemv fast path at ~30 GB/s (decode step 238 -> 103 ms).
-    With more rows oneDNN is far faster (8-token forward: 239 vs 672 ms), so it stays on there.
+    ATen's gemv reads a one-row bf16 matmul about twice as fast as oneDNN; with more rows oneDNN
+    is far faster, so it stays on there (docs/bench/depth-rules.md, "oneDNN and gemv").
     The oneDNN switch is process-wide: two threads must not run forwards of one process at once.
     """
     if rows != 1 or device.type != "cpu" or not torch.backends.mkldnn.enabled:

@@ -27,10 +27,8 @@ def serial_depth(t_verify: float, t_expand: float, verify_size: int) -> int:
     Serial rounds draft with focus (TreeDrafter.draft): past the first two expansions only the few
     leaves that can still be verified are expanded, so a deeper expansion costs about a one-row
     forward and stops early once the subtree is final.  The paper's floor(t_target / t_draft)
-    (choose_depth) assumes drafting overlaps verification.  Measured on the default pair, 2 CPU
-    cores, 5 HumanEval prompts (tok/s at d = 5 / 6 / 7): bf16 target (t_verify / t_expand ~ 6)
-    26.4 / 27.8 / 28.5, so d = 7; int4 target (~3) at d = 3 / 4 / 5 / 7: 37.8 / 40.2 / 40.5 /
-    40.5, so d = 5."""
+    (choose_depth) assumes drafting overlaps verification.  The measurements behind the rule:
+    docs/bench/depth-rules.md."""
     return min(deepest_depth(verify_size), 2 + round(t_verify / max(t_expand, 1e-6)))
 
 

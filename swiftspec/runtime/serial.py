@@ -144,7 +144,7 @@ class SerialEngine:
 
     def _adaptive_depth(self) -> StartupProfile:
         """With the cost rule (RoundCosts) ending rounds, d only caps them: the deepest a bs-node
-        subtree reaches (docs/bench: d = 7 beats d = 5 on the default pair)."""
+        subtree reaches (docs/bench/depth-rules.md)."""
         depth = deepest_depth(self.cfg.verify_size)
         log.warning("tree: adaptive rounds of up to d=%d expansions", depth)
         return StartupProfile(depth=depth)
