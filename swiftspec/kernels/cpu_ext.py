@@ -50,7 +50,7 @@ def cache_dir() -> Path:
 
 
 def build_dir() -> Path:
-    digest = hashlib.sha1()
+    digest = hashlib.sha1(str(_CSRC.resolve()).encode())  # torch rebuilds when the source paths change
     for path in sorted(p for p in _CSRC.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{digest.hexdigest()[:12]}"
