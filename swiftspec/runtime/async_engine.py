@@ -151,11 +151,10 @@ class AsyncEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
-        depth: int | None = None,
     ) -> Iterator[list[int]]:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
         self.stats = req.stats
-        yield from self._run(req, prompt, params, depth or self.depth)
+        yield from self._run(req, prompt, params, self.depth)
 
     @property
     def depth(self) -> int:
