@@ -8,6 +8,7 @@ import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
+from swiftspec.weights import own_format
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",
@@ -59,8 +60,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cpu unless the CUDA path passed its start-up check here")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
-    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default="bf16",
-                        help="target weight format (gguf: a GGUF's Q4_K/Q6_K linears as stored, the rest int8)")
+    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
+                        help="target weight format (default: gguf for a GGUF on the CPU, its Q4_K/Q6_K linears "
+                             "as stored and the rest int8; else bf16)")
     parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: auto chooses; else int8 for a bf16 target on CPU, "
                              "else --weights)")
@@ -117,7 +119,8 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         check_flags(args, chosen)
     defaults = EngineConfig()
     device = args.device or default_device()
-    target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=args.weights)
+    weights = args.weights or own_format(args.model, device)
+    target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=weights)
     draft_load = dataclasses.replace(target_load, weights=args.draft_weights or default_draft_weights(target_load))
     tree = TreeConfig(**{f.name: _value(args, f.name, f.default) for f in dataclasses.fields(TreeConfig)})
     auto = AutoConfig(modes=auto_candidates(args), choose_draft_weights=args.draft_weights is None,
