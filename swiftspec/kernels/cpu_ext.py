@@ -64,7 +64,7 @@ def _build() -> ModuleType:
         raise RuntimeError(f"kernels target x86-64 Linux, not {sys.platform}/{os.uname().machine}")
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
-    _clear_stale_lock(out / "lock")
+    _wait_for_build(out / "lock")
     sources = sorted(str(p) for p in _CSRC.glob("*.cpp"))
     ext = load(name="swiftspec_kernels", sources=sources, extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
                extra_include_paths=[str(_CSRC)], build_directory=str(out), verbose=False)
@@ -82,6 +82,14 @@ def _building_in(build: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def _wait_for_build(lock: Path) -> None:
+    """Wait while another process builds here; a lock left by a killed build is cleared instead
+    (torch's own wait would never end)."""
+    while lock.exists():
+        _clear_stale_lock(lock)
+        time.sleep(1.0)
 
 
 def _clear_stale_lock(lock: Path) -> None:
