@@ -4,7 +4,7 @@ row-wise RMSNorm and SwiGLU activation.
 
 The extension is compiled with torch.utils.cpp_extension.load into
 ``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>-<source digest>/`` (default cache: ~/.cache/swiftspec):
-one directory per source tree, so two checkouts (or versions) never rebuild over each other.  If it
+one directory per source tree and place, so two checkouts (or versions) never rebuild over each other.  If it
 cannot be built or the CPU lacks AVX2/FMA/F16C, ``load()`` warns once and returns None, and callers
 use the torch reference instead.
 
@@ -50,7 +50,7 @@ def cache_dir() -> Path:
 
 
 def build_dir() -> Path:
-    digest = hashlib.sha1()
+    digest = hashlib.sha1(str(_CSRC.resolve()).encode())  # torch rebuilds when the source paths change
     for path in sorted(p for p in _CSRC.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{digest.hexdigest()[:12]}"
