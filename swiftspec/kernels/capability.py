@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from swiftspec.kernels import cpu_ext
+from swiftspec.parallel.numa import placement_line, read_nodes
 
 # The CPU flags (as /proc/cpuinfo names them) that decide an ISA level, lowest level first.
 FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16",
@@ -35,6 +36,7 @@ class Capability:
     cap: str | None  # SWIFTSPEC_ISA as set, or None
     paths: dict[str, str]  # op -> the ISA path it runs, or "torch" (reference fallback)
     threads: int
+    placement: str = ""  # the NUMA nodes and where each async group runs (parallel/numa.py)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -49,6 +51,8 @@ class Capability:
             path = self.paths[op]
             rows.append(f"  {words:<{width}}  {path}{'  (fallback: slow)' if path == 'torch' else ''}")
         rows.append(f"  {'prefill (> 16 rows)':<{width}}  {prefill_words(self.paths)}")
+        if self.placement:
+            rows.append(self.placement)
         if "amx_tile" in self.features:
             rows.append("note: AMX is reported but never used (some VMs trap AMX tiles)")
         return rows
@@ -88,7 +92,7 @@ def capability() -> Capability:
     cap = os.environ.get(cpu_ext.ISA_ENV) or None
     return Capability(cpu=cpu_model(), features=[f for f in FEATURES if f in flags],
                       detected_level=cpu_ext.LEVEL_NAMES[cpu_ext.detected_level()], level=cpu_ext.isa(),
-                      cap=cap, paths=paths, threads=torch.get_num_threads())
+                      cap=cap, paths=paths, threads=torch.get_num_threads(), placement=placement_line(read_nodes()))
 
 
 @functools.cache

@@ -8,6 +8,7 @@ import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import default_draft_weights
+from swiftspec.serve.remote_args import remote_config_from_args
 from swiftspec.weights import own_format
 
 _TREE_HELP = {
@@ -114,7 +115,8 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
     overrides --mode (bench and demo pick their modes themselves, and refuse no flag)."""
     from swiftspec.runtime.device import default_device
 
-    chosen = mode or args.mode
+    remote = remote_config_from_args(args)
+    chosen = mode or ("async" if remote is not None and args.mode == AUTO else args.mode)
     if mode is None and chosen != AUTO:
         check_flags(args, chosen)
     defaults = EngineConfig()
@@ -139,4 +141,5 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         trace=args.trace,
         auto=auto,
         worker_timeout=args.worker_timeout,
+        remote=remote,
     )
