@@ -87,6 +87,20 @@ class AutoConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteConfig:
+    """async across hosts: where the two hosts meet, the shared secret, and how long a message may take."""
+
+    rendezvous: str  # HOST:PORT the target host listens on (and the draft host connects to)
+    secret_file: str = ""  # first line is the shared secret; "" = $SWIFTSPEC_SECRET
+    link_timeout: float = 30.0  # seconds any one message (or the handshake) may take before the link counts as lost
+    wait_draft: float = 0.0  # target host: seconds to wait at start for a draft host (0 = serve ar until one joins)
+
+    def __post_init__(self) -> None:
+        if not self.link_timeout > 0 or not self.wait_draft >= 0:
+            raise ConfigError("--link-timeout must be > 0 and --wait-draft >= 0 seconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """One engine: which models, how they are loaded, and how speculation is shaped."""
 
@@ -103,8 +117,11 @@ class EngineConfig:
     trace: str = ""  # write each request's timeline here (Chrome trace-event JSON)
     auto: AutoConfig = AutoConfig()  # used when mode is AUTO
     worker_timeout: float = 0.0  # async: seconds a decode round may take before the workers count as hung (0 = auto)
+    remote: RemoteConfig | None = None  # async with the draft group on another host (runtime/remote.py)
 
     def __post_init__(self) -> None:
+        if self.remote is not None and (self.mode != "async" or self.target_tp != 1 or self.draft_tp != 1):
+            raise ConfigError("--rendezvous links one target rank to one draft rank: --mode async, tensor-parallel 1")
         if self.mode not in MODES + (AUTO,):
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES + (AUTO,))})")
         if self.target_tp < 1 or self.draft_tp < 1:

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-dir", default=None,
                         help="write one trace (Chrome trace-event JSON) per mode and prompt into this directory")
     parser.add_argument("--reprofile", action="store_true", help="auto: profile this machine and pair again")
+    parser.add_argument("--perplexity", default=None, metavar="TEXT",
+                        help="also measure the perplexity of each weight format the run used (and of llama.cpp "
+                             "where its peer ran) on this text, windowed like llama-perplexity; report.md shows "
+                             "it beside tok/s")
+    parser.add_argument("--perplexity-windows", type=int, default=4, help="512-token windows scored (default 4)")
 
 
 def run(args: argparse.Namespace, base: EngineConfig) -> int:
@@ -82,6 +87,8 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     report = build_report(specs, lineup, results, ids, max(bandwidths), base, args)
     report["bandwidth_samples_gb_s"] = [b / 1e9 for b in bandwidths]
     report["auto"] = auto_report.auto_entries(decisions, specs, report["modes"])
+    if args.perplexity:
+        report["perplexity"] = _perplexity(args, base, specs, results)
     write_json(report, out / "report.json")
     write_markdown(report, out / "report.md")
     from swiftspec.bench.plot import write_plot
@@ -90,6 +97,18 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     print_roofline(report)
     print(f"bench: wrote {out / 'report.json'}, {out / 'report.md'}, {out / 'report.png'}", file=sys.stderr)
     return 0
+
+
+def _perplexity(args: argparse.Namespace, base: EngineConfig, specs: list[ModeSpec],
+                results: dict[str, list[RunResult]]) -> dict[str, dict]:
+    """Quality beside speed: the perplexity of every weight format our modes ran (models loaded
+    one at a time, after the timed runs)."""
+    from swiftspec.bench.perplexity import for_bench
+
+    ran = [s for s in specs if s.name in results]
+    formats = sorted({s.weights or base.target_load.weights for s in ran if s.kind == "ours"})
+    llama = any(s.kind == "llamacpp" for s in ran)
+    return for_bench(base.target, args.perplexity, formats, llama, args.perplexity_windows, args.threads)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -101,6 +120,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--warmup must be >= 0, got {args.warmup}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.perplexity and not Path(args.perplexity).is_file():
+        raise UserError(f"--perplexity: no such file {args.perplexity}")
 
 
 def _encode(tokenizer, text: str, base: EngineConfig, max_tokens: int, chat: bool) -> list[int]:
@@ -146,6 +167,7 @@ def build_report(
                                 draft_forwards_estimate=lineup.draft_forwards.get(spec.name, 0.0),
                                 matches_ar=not divs if comparable else None, divergences=divs)
             modes[spec.name] = mode_entry(inputs, [len(p) for p in prompts], bandwidth)
+            modes[spec.name]["weights"] = spec.weights or base.target_load.weights if spec.kind == "ours" else None
     finally:
         for probe in probes.values():
             probe.close()
@@ -165,6 +187,7 @@ def _settings(args: argparse.Namespace, base: EngineConfig, n_prompts: int) -> d
         "modes": args.modes,
         "prompts": n_prompts,
         "dataset": args.dataset or "HumanEval",
+        "perplexity_text": args.perplexity,
         "chat_template": args.chat,
         "max_tokens": args.max_tokens,
         "temperature": args.temperature,

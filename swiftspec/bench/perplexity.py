@@ -155,6 +155,17 @@ def measure(source: str, text_file: str, formats: list[str], n_ctx: int, count: 
     return rows
 
 
+def for_bench(source: str, text_file: str, formats: list[str], llama: bool, windows: int,
+              threads: int) -> dict[str, dict]:
+    """The bench's quality column: the file in fp32, each weight format the run used and llama.cpp
+    (where its peer ran on a GGUF), keyed by label."""
+    from swiftspec.weights import resolve_source
+
+    llama = llama and resolve_source(source).suffix == ".gguf"
+    rows = measure(source, text_file, [REFERENCE, *formats], 512, windows, llama, threads)
+    return {r.label: r.to_json() for r in rows}
+
+
 def run(args) -> int:  # noqa: ANN001 - argparse namespace
     """`swiftspec perplexity`: one table on stdout."""
     rows = measure(args.model, args.text, [f.strip() for f in args.formats.split(",") if f.strip()], args.ctx,

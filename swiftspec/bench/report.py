@@ -60,7 +60,14 @@ def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _row(name: str, m: dict) -> str:
+def _ppl(report: dict, m: dict) -> float | None:
+    """The perplexity of what a mode ran: its weight format, or llama.cpp's on the file."""
+    table = report.get("perplexity") or {}
+    label = "llama.cpp" if m["kind"] == "llamacpp" else m.get("weights")
+    return table.get(label, {}).get("ppl")
+
+
+def _row(name: str, m: dict, ppl: float | None) -> str:
     tps = m["tokens_per_s"]
     roof = m["roofline"]
     matches = {True: "yes", False: "no", None: "—"}[m["matches_ar"]]
@@ -69,7 +76,7 @@ def _row(name: str, m: dict) -> str:
     cells = [
         f"`{name}`", _fmt(tps["mean"], ".1f"), _fmt(tps["median"], ".1f"),
         f"{tps['p10']:.1f}–{tps['p90']:.1f}", _fmt(m["ttft_s"], ".3f"), _fmt(m["tpot_s"] * 1e3, ".1f"),
-        _fmt(m["acceptance_length"]), matches, _fmt(m["speedup_vs_hf_ar"], suffix="×"),
+        _fmt(m["acceptance_length"]), matches, _fmt(ppl, ".3f"), _fmt(m["speedup_vs_hf_ar"], suffix="×"),
         _fmt(m["speedup_vs_ar"], suffix="×"), _fmt(roof["bound_tokens_per_s"], ".1f"),
         _fmt(None if roof["fraction_of_bound"] is None else 100 * roof["fraction_of_bound"], ".0f", "%"),
     ]
@@ -89,11 +96,16 @@ def markdown(report: dict) -> str:
         f"{s['temperature']}, seed {s['seed']}, {s['warmup']} warm-up runs per mode; measured read bandwidth "
         f"{report['bandwidth_gb_s']:.1f} GB/s.",
         "",
-        "| mode | tok/s mean | median | p10–p90 | TTFT s | TPOT ms | accept len | = ar | vs hf-ar | vs ar "
-        "| roofline tok/s | of roofline |",
-        "|" + "---|" * 12,
+        "| mode | tok/s mean | median | p10–p90 | TTFT s | TPOT ms | accept len | = ar | perplexity | vs hf-ar "
+        "| vs ar | roofline tok/s | of roofline |",
+        "|" + "---|" * 13,
     ]
-    lines += [_row(name, m) for name, m in report["modes"].items()]
+    lines += [_row(name, m, _ppl(report, m)) for name, m in report["modes"].items()]
+    if report.get("perplexity"):
+        from swiftspec.bench.perplexity import Perplexity, markdown as ppl_markdown
+
+        rows = [Perplexity(**r) for r in report["perplexity"].values()]
+        lines += [""] + ppl_markdown(rows, s["perplexity_text"])
     lines += ["", "Backends:"] + [f"- `{n}`: {m['backend']}" for n, m in report["modes"].items()]
     divergent = {n: m["divergences"] for n, m in report["modes"].items() if m["divergences"]}
     if divergent:

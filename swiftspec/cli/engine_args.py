@@ -7,8 +7,10 @@ import argparse
 import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.cli.remote_args import remote_config_from_args
 from swiftspec.exec.load import default_draft_weights
 from swiftspec.kernels import MAX_DECODER_ROWS
+from swiftspec.weights import own_format
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",
@@ -60,8 +62,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cpu unless the CUDA path passed its start-up check here")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
-    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default="bf16",
-                        help="target weight format (gguf: a GGUF's Q4_K/Q6_K linears as stored, the rest int8)")
+    parser.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
+                        help="target weight format (default: gguf for a GGUF on the CPU, its Q4_K/Q6_K linears "
+                             "as stored and the rest int8; else bf16)")
     parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: auto chooses; else int8 for a bf16 target on CPU, "
                              "else --weights)")
@@ -123,13 +126,15 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
     overrides --mode (bench and demo pick their modes themselves, and refuse no flag)."""
     from swiftspec.runtime.device import default_device
 
-    chosen = mode or args.mode
+    remote = remote_config_from_args(args)
+    chosen = mode or ("async" if remote is not None and args.mode == AUTO else args.mode)
     if mode is None and chosen != AUTO:
         check_flags(args, chosen)
     defaults = EngineConfig()
     device = args.device or default_device()
     check_rows(args, device)
-    target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=args.weights)
+    weights = args.weights or own_format(args.model, device)
+    target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=weights)
     draft_load = dataclasses.replace(target_load, weights=args.draft_weights or default_draft_weights(target_load))
     tree = TreeConfig(**{f.name: _value(args, f.name, f.default) for f in dataclasses.fields(TreeConfig)})
     auto = AutoConfig(modes=auto_candidates(args), choose_draft_weights=args.draft_weights is None,
@@ -148,4 +153,5 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         trace=args.trace,
         auto=auto,
         worker_timeout=args.worker_timeout,
+        remote=remote,
     )

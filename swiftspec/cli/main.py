@@ -1,4 +1,4 @@
-"""The `swiftspec` command: generate, serve, bench, demo, trace, info and models."""
+"""The `swiftspec` command: generate, serve, worker, bench, demo, trace, info and models."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.cli.engine_args import add_engine_arguments, engine_config_from_args
+from swiftspec.cli.remote_args import add_remote_arguments
 
 
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,12 +28,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     _add_sampling_arguments(gen)
     add_engine_arguments(gen)
+    add_remote_arguments(gen)
 
     srv = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
     add_engine_arguments(srv)
+    add_remote_arguments(srv)
     from swiftspec.serve import server
 
     server.add_arguments(srv)
+
+    worker = sub.add_parser("worker", help="the draft host of async across machines (see --rendezvous)")
+    add_engine_arguments(worker, with_mode=False)
+    add_remote_arguments(worker, worker=True)
 
     bench = sub.add_parser("bench", help="benchmark modes and peers side by side")
     add_engine_arguments(bench, with_mode=False)
@@ -101,9 +108,13 @@ def _info(args: argparse.Namespace) -> int:
     import json
 
     from swiftspec.kernels.capability import capability
+    from swiftspec.parallel.numa import placement_line, read_nodes
 
-    report = capability()
-    print(json.dumps(report.to_json(), indent=2) if args.json else "\n".join(report.lines()))
+    report, placement = capability(), placement_line(read_nodes())  # placement: NUMA nodes and each async group's
+    if args.json:
+        print(json.dumps(report.to_json() | {"placement": placement}, indent=2))
+    else:
+        print("\n".join(report.lines() + [placement]))
     return 0
 
 
@@ -131,6 +142,12 @@ def run(argv: list[str] | None = None) -> int:
         from swiftspec.cli import demo
 
         return demo.run(args, engine_config_from_args(args, mode="auto"))
+    if args.command == "worker":
+        from swiftspec.config import EngineConfig
+        from swiftspec.runtime.remote import serve_draft
+
+        args.model = args.draft_model or EngineConfig().draft  # the draft host holds no target: formats follow the draft
+        return serve_draft(engine_config_from_args(args, mode="async"), once=args.once)
     if args.command == "bench":
         from swiftspec import bench
 

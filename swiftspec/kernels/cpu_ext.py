@@ -4,7 +4,7 @@ row-wise RMSNorm and SwiGLU activation.
 
 The extension is compiled with torch.utils.cpp_extension.load into
 ``$SWIFTSPEC_CACHE/torch_ext/<python+torch version>-<source digest>/`` (default cache: ~/.cache/swiftspec):
-one directory per source tree, so two checkouts (or versions) never rebuild over each other.  If it
+one directory per source tree and place, so two checkouts (or versions) never rebuild over each other.  If it
 cannot be built or the CPU lacks AVX2/FMA/F16C, ``load()`` warns once and returns None, and callers
 use the torch reference instead.
 
@@ -64,7 +64,7 @@ def _build() -> ModuleType:
         raise RuntimeError(f"kernels target x86-64 Linux, not {sys.platform}/{os.uname().machine}")
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
-    _clear_stale_lock(out / "lock")
+    _wait_for_build(out / "lock")
     sources = sorted(str(p) for p in _CSRC.glob("*.cpp"))
     ext = load(name="swiftspec_kernels", sources=sources, extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
                extra_include_paths=[str(_CSRC)], build_directory=str(out), verbose=False)
@@ -82,6 +82,14 @@ def _building_in(build: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def _wait_for_build(lock: Path) -> None:
+    """Wait while another process builds here; a lock left by a killed build is cleared instead
+    (torch's own wait would never end)."""
+    while lock.exists():
+        _clear_stale_lock(lock)
+        time.sleep(1.0)
 
 
 def _clear_stale_lock(lock: Path) -> None:

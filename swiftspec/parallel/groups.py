@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 from swiftspec.errors import link_errors
+from swiftspec.parallel.numa import plan_groups, read_nodes
 from swiftspec.parallel.state import ParallelState
 
 _JOINED = "swiftspec/joined"  # meeting-point key: workers that have joined
@@ -128,12 +129,22 @@ def all_ready() -> None:
 
 def plan_cores(layout: Layout, rank: int, draft_cores: int) -> list[int]:
     """This rank's share of the CPU cores: the draft group gets draft_cores (default half), the
-    target group the rest, each split evenly among the group's ranks."""
+    target group the rest, each split evenly among the group's ranks. With several NUMA nodes each
+    group takes the cores of its own node instead (parallel/numa.py)."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) == 1:
         return cores
+    numa = plan_groups(read_nodes(), draft_cores)  # several nodes: each group on its own node's cores
+    if numa is not None:
+        pool = numa.draft_cores if layout.role(rank) == "draft" else numa.target_cores
+        return _share(pool, layout, rank)
     n_draft = min(max(1, draft_cores or len(cores) // 2), len(cores) - 1)
     pool = cores[len(cores) - n_draft :] if layout.role(rank) == "draft" else cores[: len(cores) - n_draft]
+    return _share(pool, layout, rank)
+
+
+def _share(pool: list[int], layout: Layout, rank: int) -> list[int]:
+    """This rank's even share of its group's cores."""
     ranks = layout.target_tp if layout.role(rank) == "target" else layout.draft_tp
     share = max(1, len(pool) // ranks)
     start = ((rank - layout.leader(rank)) * share) % len(pool)

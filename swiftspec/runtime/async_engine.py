@@ -32,6 +32,7 @@ from swiftspec.parallel.groups import (
     pinned,
     plan_cores,
 )
+from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
 from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, StartupProfile, choose_depth
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
@@ -57,23 +58,25 @@ class Flow:
 class AsyncEngine:
     """Target leader: receives subtrees, verifies them, sends back the verified tokens."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, joined: Joined | None = None, target=None) -> None:
+        """joined: a draft host already linked through parallel/rendezvous.py (no workers to spawn);
+        target: the target model, when the caller has loaded it already (tensor-parallel size 1)."""
         self.config = config
         self.layout = Layout(target_tp=config.target_tp, draft_tp=config.draft_tp)
         self.verify_size = config.tree.verify_size
         self.max_seq_len = config.target_load.max_seq_len
         self.stats = GenerationStats()
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
-        self.limits = Limits()
+        self.limits = Limits(load_s=joined.timeout_s) if joined else Limits()
         self._fault: str | None = None  # a request failed with the groups out of step
-        self._torchrun = torchrun_init(config, self.layout)  # ranks > 0 under torchrun never return
+        self._torchrun = joined.store if joined else torchrun_init(config, self.layout)  # ranks > 0 never return
         self.pool = None if self._torchrun else WorkerPool(worker_entry, self.layout.world_size)
         self.watchdog = Watchdog(self.pool, self.layout.role)
         self.on_cpu = not config.target_load.device.startswith("cuda")
-        self.cores = plan_cores(self.layout, 0, config.draft_cores)  # pinned only inside generate()
+        self.cores = (joined and joined.cores) or plan_cores(self.layout, 0, config.draft_cores)  # pinned in generate()
         # The draft idles while the target prefills: a lone target leader may use every core then.
         self.prefill_cores = sorted(os.sched_getaffinity(0)) if self.layout.target_tp == 1 else self.cores
-        self.target = None
+        self.target, self.verifier = target, None
         self._closed = False
         try:
             self._launch()
@@ -104,6 +107,7 @@ class AsyncEngine:
         if self.target is None or self.layout.target_tp > 1:
             self.target = self.verifier = None  # free the old shard first
             self.target = load_for_rank(self.config.target, self.config.target_load, groups)
+        if self.verifier is None:
             self.verifier = TreeVerifier(self.target.model, self.max_seq_len, self.verify_size)
         self.link = DistTransport(self.layout.draft_leader)
         tp_group = groups.parallel.group

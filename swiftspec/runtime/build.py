@@ -41,6 +41,10 @@ def _build(config: EngineConfig) -> Engine:
     from swiftspec.weights import load_model
 
     _check_placement(config)
+    if config.mode == "async" and config.remote is not None:
+        from swiftspec.runtime.remote import RemoteEngine
+
+        return RemoteEngine(config)
     if config.mode == "async":
         from swiftspec.runtime.async_engine import AsyncEngine
 

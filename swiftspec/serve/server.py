@@ -42,7 +42,7 @@ from swiftspec.serve.openai_protocol import (
     fault_error,
     validation_error,
 )
-from swiftspec.serve.scheduler import OK, Hooks, Job, Scheduler
+from swiftspec.serve.scheduler import DEGRADED, OK, Hooks, Job, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,13 @@ class JobStream(StreamingResponse):
 
 
 async def _health(request: Request) -> JSONResponse:
-    """starting | ok | degraded (a worker failed; restarting): 200 only for ok, so a supervisor can act."""
-    status = request.app.state.service.scheduler.health
-    return JSONResponse({"status": status}, status_code=200 if status == OK else 503)
+    """starting | ok | degraded (a worker failed; restarting): 200 only for ok, so a supervisor can act.
+    A target host serving without its draft host (runtime/remote.py) is degraded but serving: 200."""
+    scheduler = request.app.state.service.scheduler
+    why = getattr(scheduler.engine, "degraded", None) if scheduler.health == OK else None
+    if why:
+        return JSONResponse({"status": DEGRADED, "reason": why}, status_code=200)
+    return JSONResponse({"status": scheduler.health}, status_code=200 if scheduler.health == OK else 503)
 
 
 async def _models(request: Request) -> dict:

@@ -49,7 +49,10 @@ def load_model(
     ckpt = open_checkpoint(path, dtype, cache)
     tokenizer = Tokenizer.from_dir(ckpt.path)
     model = Transformer(ckpt.args, parallel=parallel, dtype=dtype, device=load.device)
-    if load.weights == "gguf" and path.is_file() and load.device.startswith("cpu"):
+    if load.weights == "gguf" and not (path.is_file() and load.device.startswith("cpu")):
+        raise UserError(f"--weights gguf runs a GGUF file's blocks on the CPU; {source} on {load.device} "
+                        "needs bf16, int8 or int4")
+    if load.weights == "gguf":
         gg = GGUFCheckpoint(path)
         native = plan(gg, parallel.tp_size)
         model.load_weights(ckpt.tensors(dtype, skip=native.hf_names), supplied=native.hf_names)
@@ -57,6 +60,24 @@ def load_model(
     else:
         model.load_weights(ckpt.tensors(dtype))
     return LoadedModel(ckpt.args, model.eval(), tokenizer, path)
+
+
+def own_format(source: str, device: str) -> str:
+    """The target's weight format when --weights is not given: a GGUF on the CPU runs as stored
+    ("gguf": the file's own quality at its own size), anything else in bf16."""
+    return "gguf" if device.startswith("cpu") and is_gguf(source) else "bf16"
+
+
+def is_gguf(source: str) -> bool:
+    """Whether source names a GGUF (a bundled name, org/name:file.gguf or a GGUF file), without
+    pulling or downloading it."""
+    if source in BUNDLED:
+        return True
+    path = Path(source).expanduser()
+    if path.is_file():
+        return path.suffix == ".gguf" or _has_gguf_magic(path)
+    hub = parse_hub_id(source)
+    return not path.exists() and hub is not None and hub.file is not None
 
 
 def resolve_source(source: str, cache: Path | None = None) -> Path:
@@ -88,4 +109,4 @@ def _has_gguf_magic(path: Path) -> bool:
         return f.read(4) == _GGUF_MAGIC
 
 
-__all__ = ["DTYPES", "LoadedModel", "load_model", "open_checkpoint", "resolve_source"]
+__all__ = ["DTYPES", "LoadedModel", "is_gguf", "load_model", "open_checkpoint", "own_format", "resolve_source"]

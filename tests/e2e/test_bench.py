@@ -28,12 +28,14 @@ ROOFLINE_KEYS = {"target_weight_bytes", "draft_weight_bytes", "draft_forwards_pe
 def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text('{"prompt": "def add(a, b):\\n    return"}\n{"prompt": "The quick brown fox"}\n')
+    text = tmp_path / "text.txt"
+    text.write_text("def add(a, b):\n    return a + b\n" * 120)
     out = tmp_path / "out"
     rc = cli_run([
         "bench", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--dtype", "float32",
         "--max-seq-len", "256", "--modes", "ar,chain,auto;hf-ar,llamacpp-ar", "--prompts", "2", "--dataset",
         str(dataset), "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
-        "--trace-dir", str(tmp_path / "traces"), "--chat",
+        "--trace-dir", str(tmp_path / "traces"), "--chat", "--perplexity", str(text), "--perplexity-windows", "1",
     ])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
@@ -60,6 +62,10 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     table = (out / "report.md").read_text()
     assert all(f"| `{name}` |" in table for name in report["modes"])
     assert "Auto choice:" in table and "% of the fastest measured mode" in table
+    assert set(report["perplexity"]) == {"file", "bf16"}  # the reference and the one format our modes ran
+    ppl = report["perplexity"]["bf16"]["ppl"]
+    ar_row = next(line for line in table.splitlines() if line.startswith("| `ar` |"))
+    assert f"| {ppl:.3f} |" in ar_row and "Perplexity on" in table  # beside tok/s, and its own table
     # two groups (`;`): loaded one after the other; bench-check's validator: schema complete, and our chain mode is lossless against ar (up to ties).
     assert problems(out) == []
 

@@ -158,3 +158,21 @@ def test_profile_cache_round_trip(tmp_cache, tiny_qwen_dir, tiny_draft_dir) -> N
     other = store.profile_key(dataclasses.replace(config, draft_vocab=0), ("bf16",))
     assert other.digest() != key.digest() and store.load(other) is None
     assert str(tiny_qwen_dir) in key.target
+
+
+def test_a_profile_taken_while_other_work_ran_is_not_kept(monkeypatch, tmp_path) -> None:
+    """All cores slower than one core's share means other processes competed: such a profile
+    decides this start only, says so, and is not cached."""
+    from swiftspec.runtime.auto import choose as choose_mod
+    from swiftspec.runtime.auto import store
+
+    quiet, busy = _profile(), _profile(grouped=0.5)  # busy: the 2-core forward ran 2x the 1-core one
+    assert not quiet.disturbed and busy.disturbed
+    saved = []
+    monkeypatch.setattr(store, "load", lambda key: None)
+    monkeypatch.setattr(store, "save", lambda key, profile: saved.append(profile))
+    monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair", lambda config, formats: busy)
+    decision = choose_mod.decide(EngineConfig(mode="auto"))
+    assert saved == [] and "not cached: other work slowed it" in decision.line()
+    monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair", lambda config, formats: quiet)
+    assert "cached;" in choose_mod.decide(EngineConfig(mode="auto")).line() and saved == [quiet]

@@ -207,3 +207,18 @@ def test_a_dead_builds_lock_is_cleared(tmp_path) -> None:
     with pytest.warns(RuntimeWarning, match="stale build lock"):
         cpu_ext._clear_stale_lock(lock)
     assert not lock.exists()  # no compiler runs in tmp_path
+
+
+def test_a_start_waiting_on_a_dead_build_goes_on(tmp_path) -> None:
+    """A start that finds the lock of a build killed meanwhile clears it instead of waiting forever."""
+    import os
+    import time
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    old = time.time() - 300
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="stale build lock"):
+        cpu_ext._wait_for_build(lock)
+    assert not lock.exists()
+    cpu_ext._wait_for_build(lock)  # no lock: no wait

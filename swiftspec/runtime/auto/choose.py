@@ -52,7 +52,8 @@ class Decision:
         head = f"auto: {c.label}: " + ("fastest here" if c.mode == "ar" else f"{self.speedup(c):.1f}x ar here")
         rest = [f"{p.mode} {self.speedup(p):.1f}x" + (self._async_note(p) if p.mode == "async" else "")
                 for p in self.best_per_mode if p.mode not in (c.mode, "ar")]
-        how = "cached profile" if self.cached else f"profiled in {self.profile.seconds:.0f} s, cached"
+        how = "cached profile" if self.cached else f"profiled in {self.profile.seconds:.0f} s, " + (
+            "not cached: other work slowed it" if self.profile.disturbed else "cached")
         return "; ".join([head] + rest) + f" [{how}; --reprofile measures again]"
 
     def async_needs(self) -> str:
@@ -118,7 +119,8 @@ def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
 
         print("[swiftspec] auto: profiling this machine and model pair once (cached afterwards)", file=sys.stderr)
         profile = profile_pair(config, formats)
-        store.save(key, profile)
+        if not profile.disturbed:  # a profile of a busy moment is used once, then measured again
+            store.save(key, profile)
     return choose(profile, config, cached, cal)
 
 

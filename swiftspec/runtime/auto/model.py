@@ -72,6 +72,17 @@ class PairProfile:
     drafts: tuple[DraftProfile, ...]
     seconds: float  # how long profiling took
 
+    @property
+    def disturbed(self) -> bool:
+        """Other work competed for the cores while profiling: a target forward on all of them ran
+        slower than on the target group's share (it never does on an idle machine), so the
+        figures describe that moment's load, not the machine."""
+        alone, grouped = self.target_alone.at(1), self.target_grouped.at(1)
+        return self.device == "cpu" and self.cores > self.target_cores and alone > BUSY_RATIO * grouped
+
+
+BUSY_RATIO = 1.5  # PairProfile.disturbed: all cores slower than the group's share by more than this
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:

@@ -1,0 +1,226 @@
+"""async across hosts: the target host's engine (RemoteEngine) and the draft host's loop (serve_draft).
+
+Each host runs one command and holds only its own model. The target host listens (parallel/rendezvous.py);
+while no draft host is linked it serves without speculation (ar) and reports itself degraded. A draft
+host that passes the handshake forms the two-rank world with it, and requests run async
+(runtime/async_engine.py, unchanged). A message that fails or takes longer than --link-timeout drops
+the link: the request under way finishes in ar from the tokens already emitted, and the next draft
+host to connect is taken between requests. The draft host, on losing the target, leaves the world and
+connects again until a target host answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Iterator
+
+from swiftspec.config import NO_DRAFT, EngineConfig
+from swiftspec.errors import EngineFault, LinkError, UserError, link_errors
+from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
+from swiftspec.parallel.rendezvous import Hello, Joined, Listener, connect, read_secret, tokenizer_digest
+from swiftspec.runtime.base import GenerationStats
+from swiftspec.runtime.protocol import DistTransport, Message, Shutdown, Start, Verified
+from swiftspec.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+BEAT_KEY = "beat"  # the draft host counts up this store key while idle: the target sees it is alive
+BEAT_S = 1.0  # how often an idle draft host beats (and checks that the target's store still answers)
+IDLE_POLL_S = 0.002  # how often an idle draft host looks for the next request
+RETRY_S = 1.0  # how often a draft host tries to reach a target host that does not answer
+# Tests only, where the kernel has no netem qdisc: the draft host sleeps this long before each message
+# it sends and after each it receives, as a link with this round-trip time would delay them.
+DELAY_ENV = "SWIFTSPEC_TEST_LINK_RTT_S"
+
+
+def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: swiftspec.tokenizer.Tokenizer
+    load = config.target_load if role == "target" else config.draft_load
+    return Hello(role=role, tokenizer=tokenizer_digest(tokenizer), verify_size=config.tree.verify_size,
+                 max_seq_len=load.max_seq_len)
+
+
+class RemoteEngine:
+    """Target host: async with a linked draft host, else ar (degraded) until one joins."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from swiftspec.exec.load import load_target
+        from swiftspec.runtime.autoregressive import AutoregressiveEngine
+
+        self.config, self.remote = config, config.remote
+        secret = read_secret(self.remote.secret_file)
+        self.target = load_target(config.target, config.target_load)
+        self.tokenizer = self.target.tokenizer
+        self.max_seq_len = config.target_load.max_seq_len
+        self.ar = AutoregressiveEngine(self.target, self.max_seq_len)
+        self.stats = GenerationStats()
+        self.trace = None
+        self.session = None  # AsyncEngine while a draft host is linked
+        self._beat, self._seen = 0, 0.0  # the draft's idle heartbeat, and when it last moved
+        self.listener = Listener(self.remote.rendezvous, secret, hello("target", self.tokenizer, config),
+                                 self.remote.link_timeout)
+        log.info("target host: waiting for a draft host at %s:%d", self.listener.host, self.listener.port)
+        deadline = time.monotonic() + self.remote.wait_draft
+        while self.session is None and time.monotonic() < deadline:
+            self._join(deadline - time.monotonic())
+
+    fault: str | None = None  # a lost draft host is no fault: the engine serves on without it
+
+    @property
+    def degraded(self) -> str | None:
+        """Why this host serves without speculation, or None while a draft host is linked."""
+        return None if self.session is not None else "no draft host linked: serving without speculation (ar)"
+
+    def _join(self, wait_s: float = 0.0) -> bool:
+        """Link the next draft host waiting at the listener; True once linked."""
+        if not self.listener.pending(wait_s):
+            return False
+        joined = self.listener.accept()
+        if joined is None:
+            return False
+        from swiftspec.runtime.async_engine import AsyncEngine
+
+        try:
+            self.session = AsyncEngine(self.config, joined=joined, target=self.target)
+        except (EngineFault, LinkError) as exc:
+            log.warning("a draft host passed the handshake but did not link: %s", exc)
+            return False
+        self._joined = joined
+        self._beat, self._seen = 0, time.monotonic()
+        log.warning("draft host linked: async (d = %d)", self.session.depth)
+        return True
+
+    def _drop(self, why: str) -> None:
+        log.warning("lost the draft host (%s): serving without speculation until one rejoins", why)
+        session, self.session = self.session, None
+        session.close()  # leaves the groups; sends nothing to a peer in fault
+
+    def recover(self) -> bool:
+        """Between requests: drop a draft host that stopped beating, link one that is waiting.
+        True when a draft host was linked."""
+        if self.session is not None and self._beat_stale():
+            self._drop(f"no heartbeat for {self.remote.link_timeout:.0f} s")
+        return self.session is None and self._join()
+
+    def _beat_stale(self) -> bool:
+        beat = self._joined.store.add(BEAT_KEY, 0)  # the store lives in this process: never blocks
+        now = time.monotonic()
+        if beat != self._beat:
+            self._beat, self._seen = beat, now
+        return now - self._seen > self.remote.link_timeout
+
+    def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
+                 should_stop: Callable[[], bool] | None = None) -> Iterator[list[int]]:
+        if self.session is None:
+            self._join()
+        emitted: list[int] = []
+        if self.session is not None:
+            self.session.trace = self.trace
+            try:
+                for out in self.session.generate(prompt, params, max_new_tokens, should_stop):
+                    emitted += out
+                    yield out
+                self.stats = self.session.stats
+                self._seen = time.monotonic()
+                return
+            except EngineFault as exc:  # the link failed: finish this request without the draft
+                self._drop(str(exc))
+            except BaseException:
+                self._drop("a request failed with the groups out of step")
+                raise
+        yield from self._ar(prompt + emitted, params, max_new_tokens - len(emitted), should_stop)
+
+    def _ar(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
+            should_stop: Callable[[], bool] | None) -> Iterator[list[int]]:
+        self.ar.trace = self.trace
+        if max_new_tokens > 0:
+            yield from self.ar.generate(prompt, params, max_new_tokens, should_stop)
+        self.stats = self.ar.stats
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()  # Shutdown: the draft host goes back to waiting for a target
+            self.session = None
+        self.listener.close()
+
+
+class DraftHostIO:
+    """The draft leader's link to a remote target: between requests it polls for the next message
+    (a blocking receive would time out on an idle target) and beats; inside one it blocks, and the
+    process group's timeout turns a stalled link into LinkError."""
+
+    group = None  # the draft host runs one rank
+
+    def __init__(self, link: DistTransport, joined: Joined) -> None:
+        self.link, self.store = link, joined.store
+        self.busy = False
+        self.delay_s = float(os.environ.get(DELAY_ENV, "0")) / 2
+
+    def recv(self) -> Message:
+        if not self.busy:
+            self._idle()
+        msg = self.link.recv()
+        time.sleep(self.delay_s)
+        if isinstance(msg, Start):
+            self.busy = True
+        elif isinstance(msg, Shutdown) or (isinstance(msg, Verified) and msg.stop):
+            self.busy = False
+        return msg
+
+    def _idle(self) -> None:
+        next_beat = 0.0
+        while not self.link.ready():
+            if time.monotonic() >= next_beat:
+                with link_errors():  # fails once the target host (which holds the store) is gone
+                    self.store.add(BEAT_KEY, 1)
+                next_beat = time.monotonic() + BEAT_S
+            time.sleep(IDLE_POLL_S)
+
+    def send(self, msg: Message) -> None:
+        time.sleep(self.delay_s)
+        self.link.send(msg)
+
+    def ready(self) -> bool:
+        return self.link.ready()
+
+
+def serve_draft(config: EngineConfig, once: bool = False) -> int:
+    """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
+    until it leaves, and link again (once: return after the first link ends)."""
+    from swiftspec.spec import build_drafter
+    from swiftspec.runtime.async_worker import DraftSettings, draft_loop
+    from swiftspec.weights import load_model
+
+    remote = config.remote
+    if config.draft == NO_DRAFT:
+        raise UserError("a draft host needs a draft model (--draft-model)")
+    secret = read_secret(remote.secret_file)
+    draft = load_model(config.draft, config.draft_load)
+    drafter = build_drafter(draft, config.tree, config.draft_load.max_seq_len, config.draft_vocab,
+                            config.draft_load.weights)
+    mine = hello("draft", draft.tokenizer, config)
+    settings = DraftSettings(verify_size=config.tree.verify_size)
+    waiting_said = False
+    while True:
+        try:
+            joined = connect(remote.rendezvous, secret, mine, remote.link_timeout)
+        except (OSError, LinkError) as exc:  # nobody listens there yet, or it went away mid-handshake
+            if not waiting_said:
+                log.warning("draft host: waiting for the target host at %s (%s)", remote.rendezvous, exc)
+                waiting_said = True
+            time.sleep(RETRY_S)
+            continue
+        waiting_said = False
+        log.warning("draft host: linked to the target host at %s", remote.rendezvous)
+        try:
+            init_groups(Layout(), 1, "gloo", joined.store, joined.timeout_s)
+            all_ready()
+            draft_loop(drafter, DraftHostIO(DistTransport(0), joined), settings)
+            log.warning("draft host: the target host closed the link; waiting for it again")
+        except LinkError as exc:
+            log.warning("draft host: lost the target host (%s); waiting for it again", exc)
+        finally:
+            leave_groups()
+        if once:
+            return 0
+
