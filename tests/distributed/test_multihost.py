@@ -24,6 +24,7 @@ from swiftspec.sampling import SamplingParams
 
 pytestmark = pytest.mark.netns
 DRIVER = Path(__file__).with_name("multihost_driver.py")
+ROOT = Path(__file__).resolve().parents[2]  # the driver imports this checkout's swiftspec
 LINK_TIMEOUT_S = 3.0
 SECRET = "netns-test-secret"
 PORT = 29650
@@ -92,7 +93,8 @@ class Target:
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", hosts.t, sys.executable, str(DRIVER), str(target), str(draft), hosts.address,
              str(LINK_TIMEOUT_S)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-            env=os.environ | {"SWIFTSPEC_SECRET": SECRET})
+            env=os.environ | {"SWIFTSPEC_SECRET": SECRET,
+                              "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
         assert self.read()["event"] == "ready", log.read_text()
 
     def read(self) -> dict:

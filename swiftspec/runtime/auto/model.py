@@ -78,10 +78,11 @@ class PairProfile:
         slower than on the target group's share (it never does on an idle machine), so the
         figures describe that moment's load, not the machine."""
         alone, grouped = self.target_alone.at(1), self.target_grouped.at(1)
-        return self.device == "cpu" and self.cores > self.target_cores and alone > BUSY_RATIO * grouped
+        return self.device == "cpu" and self.cores > self.target_cores and alone > BUSY_RATIO * grouped + BUSY_SLACK_S
 
 
-BUSY_RATIO = 1.5  # PairProfile.disturbed: all cores slower than the group's share by more than this
+BUSY_RATIO = 1.5  # PairProfile.disturbed: all cores slower than the group's share by more than this,
+BUSY_SLACK_S = 0.005  # and by more than this (a tiny model's forward is all thread overhead)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
