@@ -16,7 +16,7 @@ import torch
 
 from swiftspec.bench import auto_report
 from swiftspec.bench.divergence import TieProbe, compare_to_ar
-from swiftspec.bench.harness import ModeSpec, RunResult, parse_modes, run_interleaved
+from swiftspec.bench.harness import ModeSpec, RunResult, check_groups, parse_modes, run_interleaved
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
 from swiftspec.bench.roofline import measure_bandwidth
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     specs, decisions = auto_report.resolve(specs, base, args.draft_weights)
+    check_groups(specs)
     sources = resolve_sources(base, specs)
     lineup = Lineup(tokenizer=load_tokenizer(sources.target, args.dtype))
     prompts = load_prompts(args.prompts, args.dataset)

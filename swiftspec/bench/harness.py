@@ -60,6 +60,15 @@ def parse_modes(text: str) -> list[ModeSpec]:
     return specs
 
 
+def check_groups(specs: list[ModeSpec]) -> None:
+    """One async engine per group: a process joins one torch.distributed world at a time."""
+    for group in sorted({s.group for s in specs}):
+        names = [s.name for s in specs if s.group == group and s.kind == "ours" and s.variant == "async"]
+        if len(names) > 1:
+            raise UserError(f"modes {', '.join(names)} are async engines in one group; put each in its own "
+                            "`;`-separated group")
+
+
 def _parse_one(name: str, group: int) -> ModeSpec:
     base, _, weights = name.partition("@")
     if base in MODES + (AUTO,):

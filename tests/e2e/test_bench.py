@@ -8,7 +8,7 @@ import pytest
 
 from swiftspec.bench.check import problems
 from swiftspec.bench.divergence import TieProbe, compare_to_ar, first_mismatch
-from swiftspec.bench.harness import parse_modes
+from swiftspec.bench.harness import check_groups, parse_modes
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.bench.roofline import WeightBytes, bound
 from swiftspec.config import LoadConfig
@@ -77,6 +77,9 @@ def test_parse_modes() -> None:
     for bad in ("warp", "tree@int3", "hf-ar@int4", "ar,ar", ""):
         with pytest.raises(UserError):
             parse_modes(bad)
+    check_groups(parse_modes("async,tree;async@int4"))
+    with pytest.raises(UserError, match="async engines in one group"):
+        check_groups(parse_modes("async,tree,async@int4"))
 
 
 def test_first_mismatch() -> None:
