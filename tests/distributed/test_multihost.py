@@ -157,31 +157,28 @@ def test_two_namespaces(hosts, tiny_qwen_dir, tiny_draft_dir, prompts, want, tmp
         err = (tmp_path / "bad.log").read_text().strip().splitlines()
         assert err[-1] == "error: the target host refused to link: the target host refused this host: wrong secret"
 
+        def link(log: str, **draft) -> None:
+            """Start a draft host, let it rejoin, and check async output token-exact against ar."""
+            drafts.append(start_draft(hosts, tiny_draft_dir, tmp_path / log, **draft))
+            assert target.ask(cmd="rejoin", wait_s=60)["joined"], (tmp_path / log).read_text()
+            got = target.ask(cmd="gen", prompts=prompts, n=24)
+            assert got["outs"] == want["short"] and not got["degraded"]
+
         # A draft host with the secret links: async, token-exact against ar.
-        drafts.append(start_draft(hosts, tiny_draft_dir, tmp_path / "draft1.log"))
-        assert target.ask(cmd="rejoin", wait_s=60)["joined"], (tmp_path / "draft1.log").read_text()
-        got = target.ask(cmd="gen", prompts=prompts, n=24)
-        assert got["outs"] == want["short"] and not got["degraded"]
+        link("draft1.log")
 
         # The draft host dies mid-request: the request finishes in ar, at once.
-        target.proc.stdin.write(json.dumps({"cmd": "gen", "prompts": [prompts[0]], "n": 300, "notify": True}) + "\n")
-        target.proc.stdin.flush()
-        assert target.read() == {"event": "first"}
+        assert target.ask(cmd="gen", prompts=[prompts[0]], n=300, notify=True) == {"event": "first"}
         drafts[-1].send_signal(signal.SIGKILL)
         got = target.read()
         assert got["outs"] == [want["long"]] and got["degraded"] and got["max_gap_s"] < LINK_TIMEOUT_S
 
         # A draft host that rejoins over a slow link (10 ms round trip): async again, the same tokens.
-        drafts.append(start_draft(hosts, tiny_draft_dir, tmp_path / "draft2.log", rtt_s=0.010))
-        assert target.ask(cmd="rejoin", wait_s=60)["joined"], (tmp_path / "draft2.log").read_text()
-        got = target.ask(cmd="gen", prompts=prompts, n=24)
-        assert got["outs"] == want["short"] and not got["degraded"]
+        link("draft2.log", rtt_s=0.010)
 
         # The link is cut mid-request: a timeout within the link timeout, the rest in ar; the draft
         # host times out too, waits, and rejoins once the link is back.
-        target.proc.stdin.write(json.dumps({"cmd": "gen", "prompts": [prompts[0]], "n": 300, "notify": True}) + "\n")
-        target.proc.stdin.flush()
-        assert target.read() == {"event": "first"}
+        assert target.ask(cmd="gen", prompts=[prompts[0]], n=300, notify=True) == {"event": "first"}
         hosts.link(up=False)
         got = target.read()
         assert got["outs"] == [want["long"]] and got["degraded"]
