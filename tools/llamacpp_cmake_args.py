@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-LEVELS = ("avx2", "avx512", "avx512-vnni", "avx512-bf16")  # SWIFTSPEC_ISA names, lowest first
+LEVELS = ("avx2", "avx2-vnni", "avx512", "avx512-vnni", "avx512-bf16")  # SWIFTSPEC_ISA names, lowest first
 # GGML option -> (/proc/cpuinfo flag, lowest SWIFTSPEC_ISA level that may use it)
 OPTIONS = {
     "GGML_AVX": ("avx", "avx2"), "GGML_AVX2": ("avx2", "avx2"), "GGML_FMA": ("fma", "avx2"),
     "GGML_F16C": ("f16c", "avx2"), "GGML_BMI2": ("bmi2", "avx2"), "GGML_AVX512": ("avx512f", "avx512"),
     "GGML_AVX512_VBMI": ("avx512vbmi", "avx512"), "GGML_AVX512_VNNI": ("avx512_vnni", "avx512-vnni"),
-    "GGML_AVX512_BF16": ("avx512_bf16", "avx512-bf16"), "GGML_AVX_VNNI": ("avx_vnni", "avx512-bf16"),
+    "GGML_AVX512_BF16": ("avx512_bf16", "avx512-bf16"), "GGML_AVX_VNNI": ("avx_vnni", "avx2-vnni"),
 }
 OFF = ("GGML_NATIVE", "GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 

@@ -8,10 +8,11 @@ one directory per source tree and place, so two checkouts (or versions) never re
 cannot be built or the CPU lacks AVX2/FMA/F16C, ``load()`` warns once and returns None, and callers
 use the torch reference instead.
 
-ISA levels (each a superset of the one below): 1 avx2 (AVX2 + FMA + F16C), 2 avx512 (+ AVX-512
-F/BW/VL/DQ), 3 avx512-vnni, 4 avx512-bf16.  The process runs at the best level this CPU has,
-capped by ``SWIFTSPEC_ISA`` (a level name), read once; each kernel then runs its best path at that
-level (``paths()``), so an AVX-512 machine can run and test every lower path.
+ISA levels: 1 avx2 (AVX2 + FMA + F16C), 2 avx2-vnni (+ AVX-VNNI), 3 avx512 (AVX2 + AVX-512
+F/BW/VL/DQ), 4 avx512-vnni, 5 avx512-bf16; each a superset of the one below, except that an AVX-512
+CPU need not have AVX-VNNI (Zen 4, Skylake-SP).  The process runs at the best level this CPU
+supports at or below the cap ``SWIFTSPEC_ISA`` (a level name), read once; each kernel then runs its
+best path at that level (``kernel_paths()``), so an AVX-512 machine can run and test every lower path.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ MAX_SMALL_ROWS = 16  # kMaxSmallRows in glue.h; larger calls (prefill) go to the
 # Only ISA-neutral flags: the kernel files select their own ISA with #pragma GCC target, so the
 # glue runs on any x86-64 (never -march=native: it can enable instructions the VM traps, e.g. AMX).
 _CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-Wall", "-Wno-unused-function"]
-LEVELS = {"none": 0, "avx2": 1, "avx512": 2, "avx512-vnni": 3, "avx512-bf16": 4}
+LEVELS = {"none": 0, "avx2": 1, "avx2-vnni": 2, "avx512": 3, "avx512-vnni": 4, "avx512-bf16": 5}
 LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
 ISA_ENV = "SWIFTSPEC_ISA"
 STALE_LOCK_S = 900  # a build lock older than this belongs to a killed build
@@ -125,6 +126,14 @@ def detected_level() -> int:
     return int(ext.detect_level()) if ext is not None else 0
 
 
+def supported_levels() -> list[int]:
+    """The ISA levels this CPU runs, lowest first (empty where the kernels are unavailable)."""
+    ext = load()
+    if ext is None:
+        return []
+    return [lv for lv in sorted(LEVELS.values()) if lv > 0 and ext.level_supported(lv)]
+
+
 def level_cap() -> int:
     """The cap SWIFTSPEC_ISA sets (a name of LEVELS; unset: no cap)."""
     name = os.environ.get(ISA_ENV, "").strip().lower()
@@ -136,9 +145,11 @@ def level_cap() -> int:
 
 
 def level() -> int:
-    """The ISA level this process runs its kernels at: min(detected, SWIFTSPEC_ISA), fixed once read."""
+    """The ISA level this process runs its kernels at: the best one this CPU supports at or below
+    SWIFTSPEC_ISA, fixed once read (0: none)."""
     if "level" not in _state:
-        _state["level"] = min(detected_level(), level_cap())
+        cap = level_cap()
+        _state["level"] = max([lv for lv in supported_levels() if lv <= cap], default=0)
     return int(_state["level"])
 
 

@@ -1,6 +1,8 @@
 """The real default pair: chain, tree and async greedy output equals `ar` on HumanEval prompts,
 with bf16, int4 and gguf (the file's K-quant blocks as stored) target weights, at the lowest (AVX2) and the highest ISA level this CPU
-runs.
+runs.  The avx2-vnni level needs no run of its own: its only kernels of its own, the int8/int4 and
+K-quant linears, give the AVX2 path's bits (test_kernels, test_gguf_kernels), so its engines
+compute what the avx2 ones do.
 
 Where the CPU kernels run, every linear and attention call of a decode, verify or draft forward is
 batch- and layout-invariant, so the outputs must be token-identical.  Without them (no AVX2, or no
@@ -24,7 +26,7 @@ from swiftspec.sampling import SamplingParams
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 128
 BF16 = LoadConfig(dtype="bfloat16", max_seq_len=1024)
-LEVELS = sorted({1, cpu_ext.detected_level()}) if cpu_ext.detected_level() else [0]
+LEVELS = sorted({cpu_ext.LEVELS["avx2"], cpu_ext.detected_level()}) if cpu_ext.detected_level() else [0]
 
 
 def greedy(engine, ids: list[int]) -> list[int]:

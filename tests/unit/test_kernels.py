@@ -33,7 +33,7 @@ def ext():
 @pytest.fixture(scope="module")
 def isa_levels(ext) -> list[int]:
     """Every ISA path this CPU can run (the AVX2 path is forced on AVX-512 machines too)."""
-    return list(range(1, ext.detect_level() + 1))
+    return cpu_ext.supported_levels()
 
 
 def _quantize(fmt: str, w: torch.Tensor, group: int | None) -> kernels.QuantWeight:
@@ -72,6 +72,21 @@ def test_extension_matches_references(isa_levels, fmt, n, k, group, dtype) -> No
             y = cpu_ext.quant_linear(x, qw, b, level)
             _check_a8(y, x, qw, b, wd)
             assert (y.float() - exact).norm() <= 2e-2 * exact.norm()
+
+
+@pytest.mark.parametrize("fmt,group", [("int8", 128), ("int8", 32), ("int4", 128), ("int4", 32)])
+def test_avx2_and_avx_vnni_paths_agree_bitwise(ext, fmt, group) -> None:
+    """vpdpbusd (AVX-VNNI) and vpmaddubsw + vpmaddwd (AVX2) form the same exact int32 sums, and
+    the fp32 steps after them are the same: the same bits at every row count."""
+    vnni = cpu_ext.LEVELS["avx2-vnni"]
+    if not ext.level_supported(vnni):
+        pytest.skip("this CPU has no AVX-VNNI")
+    torch.manual_seed(3)
+    qw = _quantize(fmt, torch.randn(100, 384), group)
+    for m in (1, 2, 3, 8, 16):
+        x = torch.randn(m, 384).to(torch.bfloat16)
+        assert torch.equal(cpu_ext.quant_linear(x, qw, at_level=cpu_ext.LEVELS["avx2"]),
+                           cpu_ext.quant_linear(x, qw, at_level=vnni)), m
 
 
 def test_packing_roundtrip() -> None:

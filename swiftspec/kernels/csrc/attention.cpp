@@ -6,7 +6,7 @@
 namespace swiftspec {
 
 int64_t attention_path(int64_t level) {
-  return level >= kAvx512 ? kAvx512 : level == kAvx2 ? kAvx2 : kNoIsa;
+  return level >= kAvx512 ? kAvx512 : level >= kAvx2 ? kAvx2 : kNoIsa;
 }
 
 void run_attention(const AttnArgs& a, int64_t level) {

@@ -16,7 +16,8 @@ std::map<std::string, int64_t> kernel_paths(int64_t level) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("detect_level", &swiftspec::detect_level,
-        "best ISA level here: 0 none, 1 AVX2+FMA+F16C, 2 AVX-512 F/BW/VL/DQ, 3 +VNNI, 4 +BF16");
+        "best ISA level here: 0 none, 1 AVX2+FMA+F16C, 2 +AVX-VNNI, 3 AVX-512 F/BW/VL/DQ, 4 +VNNI, 5 +BF16");
+  m.def("level_supported", &swiftspec::level_supported, "whether this CPU runs an ISA level");
   m.def("kernel_paths", &kernel_paths, "each op's path (a level, 0 = none) at an ISA level");
   m.def("quant_linear", &swiftspec::quant_linear, "quantized linear (int8/int4 weights)");
   m.def("bf16_linear", &swiftspec::bf16_linear, "bf16 linear at small M");

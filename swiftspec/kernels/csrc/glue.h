@@ -1,8 +1,10 @@
 // The torch-level entry points shared by the glue files (quant_linear.cpp, bf16_linear.cpp,
 // attention.cpp, rowwise.cpp, decoder_cpu.cpp, bindings.cpp).
 //
-// ISA levels: each level is a superset of the one below.  Every op takes the level to run at
-// (Python passes min(detected, SWIFTSPEC_ISA cap), fixed for the process) and picks, kernel by
+// ISA levels: each level is a superset of the one below, except avx2-vnni: AVX-VNNI (VEX) comes
+// with Intel's client cores since 12th gen and AMD's since Zen 5, but not with Skylake-SP or
+// Zen 4, which have AVX-512.  Every op takes the level to run at (Python passes the best level
+// this CPU supports at or below the SWIFTSPEC_ISA cap, fixed for the process) and picks, kernel by
 // kernel, the best path that level allows: a kernel never needs more than the features it uses.
 #pragma once
 #include <torch/extension.h>
@@ -14,15 +16,17 @@ namespace swiftspec {
 enum Level : int64_t {
   kNoIsa = 0,       // no kernels: the torch references run
   kAvx2 = 1,        // AVX2 + FMA + F16C
-  kAvx512 = 2,      // + AVX-512 F, BW, VL, DQ
-  kAvx512Vnni = 3,  // + AVX-512 VNNI
-  kAvx512Bf16 = 4,  // + AVX-512 BF16
+  kAvx2Vnni = 2,    // + AVX-VNNI (only the int8/int4 linear uses it)
+  kAvx512 = 3,      // AVX2 + FMA + F16C + AVX-512 F, BW, VL, DQ
+  kAvx512Vnni = 4,  // + AVX-512 VNNI
+  kAvx512Bf16 = 5,  // + AVX-512 BF16
 };
 
 constexpr int64_t kMaxSmallRows = 16;  // bound of the small-M paths (decode, verification, drafting)
 
 int64_t detect_level();                        // isa.cpp: the best level this CPU runs
-void check_level(int64_t level, const char* what);  // 1 <= level <= detect_level(), else throws
+bool level_supported(int64_t level);           // this CPU runs level (kNoIsa: always)
+void check_level(int64_t level, const char* what);  // kAvx2 <= level, supported, else throws
 
 // Each op's path at a level: the level whose code it runs (kNoIsa: the op refuses; use torch).
 int64_t quant_linear_path(int64_t level);

@@ -23,7 +23,7 @@ constexpr int kPassRows = 16;  // 16 int32 accumulators + weights fit the 32 zmm
 
 struct ActQ {  // buffers owned by the caller; quantize_act_* fills them, tiles_* reads them
   int8_t* xq;
-  uint8_t* xabs;  // AVX2 only (|xq|), else nullptr
+  uint8_t* xabs;  // AVX2 and AVX-VNNI only (|xq|), else nullptr
   float* xs;     // block scales (amax / 127)
   int32_t* xc;   // block corrections (see above)
   int64_t Kp;          // padded K (multiple of the block)
@@ -66,6 +66,7 @@ void quantize_act_avx512(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1)
 void tiles_avx512(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);
 void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1);
 void tiles_avx2(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);
+void tiles_avxvnni(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);  // AVX2's layout
 
 // bf16 linear at small M (bf16_gemm_avx512.cpp): out [M, N] bf16 = x [M, K] @ w[N, K]^T + bias,
 // all bf16 except the fp32 bias; ld* are row strides in elements.  bf16_cols_avx512 computes

@@ -1,5 +1,5 @@
 // Plain-pointer interface of the K-quant linear (GGUF Q4_K / Q6_K blocks run as stored):
-// kquant_linear.cpp (torch glue) -> kquant_avx512.cpp / kquant_avx2.cpp.
+// kquant_linear.cpp (torch glue) -> kquant_avx512.cpp / kquant_avxvnni.cpp / kquant_avx2.cpp.
 //
 // Numerics.  Each activation row is quantized to int8 per super-block of 256 values (scale
 // xs = amax / 127, round half to even) and xsum holds the sum of its int8 values per sub-block.
@@ -30,6 +30,7 @@ struct KAct {
 };
 constexpr int kPassAvx512 = 8;  // rows per pass of each path
 constexpr int kPassAvx2 = 2;
+constexpr int kPassAvxVnni = 4;  // int32 sums of 4 rows x 2 halves, weights and scales: 16 ymm
 
 // One packed weight, T = ceil(N / 16) tiles of 16 channels (layouts: swiftspec/kernels/quant.py).
 //   q   [T, K/8, 16, 4]  low 4 bits: byte i of a channel holds k = 8s + i (low nibble) and
@@ -67,5 +68,6 @@ void kquantize_row_avx2(const KRowIn& in, int8_t* dst, int64_t R, float* xs, int
 
 void ktiles_avx512(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1);
 void ktiles_avx2(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1);
+void ktiles_avxvnni(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1);
 
 }  // namespace swiftspec

@@ -1,5 +1,6 @@
-// Torch glue of the K-quant linear (GGUF Q4_K / Q6_K super-blocks; kernels in kquant_avx512.cpp
-// and kquant_avx2.cpp): argument checks, activation quantization and the thread split.
+// Torch glue of the K-quant linear (GGUF Q4_K / Q6_K super-blocks; kernels in kquant_avx512.cpp,
+// kquant_avxvnni.cpp and kquant_avx2.cpp): argument checks, activation quantization and the
+// thread split.  Its path at a level is quant_linear's.
 #include "glue.h"
 #include "kquant.h"
 #include "parallel.h"
@@ -14,8 +15,9 @@ struct KScratch {
 };
 
 // Rows [0, M) of x quantized by the path's row quantizer into the pass layout of kquant.h.
-KAct quantize(const at::Tensor& x, int64_t K, int sub, bool avx512, KScratch& s) {
-  const int64_t M = x.size(0), pass = avx512 ? kPassAvx512 : kPassAvx2;
+KAct quantize(const at::Tensor& x, int64_t K, int sub, int64_t path, KScratch& s) {
+  const bool avx512 = path == kAvx512Vnni;
+  const int64_t M = x.size(0), pass = avx512 ? kPassAvx512 : path == kAvx2Vnni ? kPassAvxVnni : kPassAvx2;
   int8_t* xq = sized(s.xq, M * K);
   float* xs = sized(s.xs, M * (K / kSuperK));
   int16_t* xsum = sized(s.xsum, M * (K / sub));
@@ -64,8 +66,8 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   if (x.size(0) == 0) return out;
   thread_local KScratch cached;
   KScratch fresh;
-  const bool avx512 = quant_linear_path(level) == kAvx512Vnni;
-  const KAct act = quantize(x, K, sub, avx512, x.size(0) <= kMaxSmallRows ? cached : fresh);
+  const int64_t path = quant_linear_path(level);
+  const KAct act = quantize(x, K, sub, path, x.size(0) <= kMaxSmallRows ? cached : fresh);
   at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->numel() == N, "kquant_linear: bias must have N elements");
@@ -76,7 +78,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
                   reinterpret_cast<const uint16_t*>(dm.data_ptr()), static_cast<int>(bits)};
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
                   x.scalar_type() == at::kBFloat16};
-  auto run = avx512 ? ktiles_avx512 : ktiles_avx2;
+  auto run = path == kAvx512Vnni ? ktiles_avx512 : path == kAvx2Vnni ? ktiles_avxvnni : ktiles_avx2;
   parallel_chunks(T, T * K * x.size(0), [&](int64_t t0, int64_t t1) { run(act, w, o, t0, t1); });
   return out;
 }

@@ -5,9 +5,9 @@
 
 namespace swiftspec {
 
-// AVX-512 VNNI's vpdpbusd, else the AVX2 path.
+// AVX-512 VNNI's vpdpbusd, AVX-VNNI's, else the AVX2 path (the AVX-512 level without VNNI too).
 int64_t quant_linear_path(int64_t level) {
-  return level >= kAvx512Vnni ? kAvx512Vnni : level >= kAvx2 ? kAvx2 : kNoIsa;
+  return level >= kAvx512Vnni ? kAvx512Vnni : level == kAvx2Vnni ? kAvx2Vnni : level >= kAvx2 ? kAvx2 : kNoIsa;
 }
 
 namespace {
@@ -25,7 +25,7 @@ struct Scratch {
 ActQ quantize_activations(const at::Tensor& x, int64_t K, int64_t Kp, int blk, bool int4, int64_t isa,
                           Scratch& scratch) {
   const int64_t M = x.size(0), nb = Kp / blk;
-  const ActQ a{sized(scratch.xq, M * Kp), isa == kAvx2 ? sized(scratch.xabs, M * Kp) : nullptr,
+  const ActQ a{sized(scratch.xq, M * Kp), isa != kAvx512Vnni ? sized(scratch.xabs, M * Kp) : nullptr,
                sized(scratch.xs, M * nb), sized(scratch.xc, M * nb), Kp, static_cast<int>(nb)};
   const ActIn in{x.data_ptr(), x.scalar_type() == at::kBFloat16, x.stride(0), K, M, int4, blk};
   auto quantize = [&](int64_t p0, int64_t p1) {  // passes [p0, p1)
@@ -90,7 +90,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
                   Kp, static_cast<int>(blk), int4};
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
                   x.scalar_type() == at::kBFloat16};
-  auto run = isa == kAvx512Vnni ? tiles_avx512 : tiles_avx2;
+  auto run = isa == kAvx512Vnni ? tiles_avx512 : isa == kAvx2Vnni ? tiles_avxvnni : tiles_avx2;
   parallel_chunks(T, T * Kp * x.size(0), [&](int64_t t0, int64_t t1) { run(act, w, o, t0, t1); });
   return out;
 }

@@ -21,7 +21,7 @@ void check_rows(const at::Tensor& x, const char* what) {
 }  // namespace
 
 int64_t rowwise_path(int64_t level) {
-  return level >= kAvx512 ? kAvx512 : level == kAvx2 ? kAvx2 : kNoIsa;
+  return level >= kAvx512 ? kAvx512 : level >= kAvx2 ? kAvx2 : kNoIsa;
 }
 
 void rms_norm_rows(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1, int64_t level) {

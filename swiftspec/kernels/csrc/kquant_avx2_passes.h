@@ -1,0 +1,170 @@
+// The passes of the 256-bit K-quant linear (numerics and layouts in kquant.h; the same bits as
+// AVX-512), shared by kquant_avx2.cpp (AVX2 + FMA + F16C) and kquant_avxvnni.cpp (+ AVX-VNNI).
+// Include after the file's `#pragma GCC target(...)`; everything here has internal linkage.
+//
+// V = false: no vpdpbusd.  vpmaddubsw (u8 q x s8 xq -> pairwise s16 sums) then vpmaddwd.
+// vpmaddubsw saturates, so the 16-bit lanes are widened before they can overflow:
+// - 4-bit q (0..15): a pair sums to at most 2 * 15 * 127 = 3,810; a lane takes the 8 pairs of a
+//   32-k sub-block (4 steps x 2 operands, <= 30,480), widened once per sub-block.
+// - 6-bit q (0..63): a pair sums to at most 2 * 63 * 127 = 16,002; a lane takes one step's two
+//   operands (<= 32,004), widened every step.
+// The widening vpmaddwd multiplies by the sub-block scale (|sc| <= 128: |products| < 2^23).
+// V = true: vpdpbusd sums a sub-block straight into int32 lanes (no saturation), and vpmulld
+// applies its scale: the same exact integers.
+// One 64-byte weight vector (16 channels x 4 bytes) is two ymm halves of 8 channels; a pass
+// unpacks each vector once for all its rows.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "avx2_util.h"
+#include "kquant.h"
+
+namespace swiftspec {
+namespace {
+
+constexpr int H = 2;  // ymm halves of a tile
+
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Half hh of the two u8 operands of global step s (see kquant.h for qh).
+template <int Bits>
+inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m256i& lo, __m256i& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
+  const __m256i v = _mm256_loadu_si256((const __m256i*)(q + s * 64 + 32 * hh));
+  lo = _mm256_and_si256(v, low4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  if constexpr (Bits == 6) {
+    const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (s / 2) * 64 + 32 * hh));
+    const __m256i hl = s % 2 ? h : _mm256_slli_epi16(h, 4);
+    const __m256i hv = s % 2 ? _mm256_srli_epi16(h, 2) : _mm256_slli_epi16(h, 2);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b45));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(hv, b45));
+  }
+}
+
+// isum[r] += sc * sum_{k in sub-block} q xq for rows [r0, r0 + R) (both halves).  V = false: the
+// 16-bit sums are widened by vpmaddwd against (sc, sc) pairs, which applies the scale in the same
+// step; V = true: vpdpbusd sums the sub-block in int32, then vpmulld applies sc.
+template <bool V, int Bits, int R>
+inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const int8_t* sc, int64_t sub,
+                      int64_t r0, __m256i (&isum)[R][H]) {
+  constexpr int kSubSteps = Bits == 4 ? 4 : 2;
+  __m256i sc16[H], p16[R][H];  // V: p16 holds int32 sums
+  for (int hh = 0; hh < H; ++hh) {  // the pair (sub & ~1, sub | 1) -> this sub-block's sc, twice
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(sc + (sub & ~1) * kTileN + 16 * hh)));
+    sc16[hh] = sub % 2 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(v, 0xF5), 0xF5)
+                       : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(v, 0xA0), 0xA0);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int hh = 0; hh < H; ++hh) p16[r][hh] = _mm256_setzero_si256();
+  for (int s = 0; s < kSubSteps; ++s) {
+    const int64_t gs = sub * kSubSteps + s;
+    __m256i lo[H], hi[H];
+    for (int hh = 0; hh < H; ++hh) unpack<Bits>(qt, ht, gs, hh, lo[hh], hi[hh]);
+    _mm_prefetch(reinterpret_cast<const char*>(qt + gs * 64 + 2048), _MM_HINT_T0);  // as on AVX-512
+    if (Bits == 6 && gs % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(ht + gs * 32 + 2048), _MM_HINT_T0);
+    const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
+    for (int r = 0; r < R; ++r) {
+      const __m256i x0 = bcast4(x + 4 * r), x1 = bcast4(x + 4 * (R + r));
+      for (int hh = 0; hh < H; ++hh) {
+        if constexpr (V) {
+          p16[r][hh] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(p16[r][hh], lo[hh], x0), hi[hh], x1);
+        } else {
+          p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(lo[hh], x0));
+          p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(hi[hh], x1));
+        }
+      }
+    }
+    if (V ? s == kSubSteps - 1 : Bits == 6 || s == kSubSteps - 1) {
+      for (int r = 0; r < R; ++r)
+        for (int hh = 0; hh < H; ++hh) {
+          const __m256i scaled = V ? _mm256_mullo_epi32(p16[r][hh], _mm256_srai_epi32(sc16[hh], 16))
+                                   : _mm256_madd_epi16(p16[r][hh], sc16[hh]);
+          isum[r][hh] = _mm256_add_epi32(isum[r][hh], scaled);
+          p16[r][hh] = _mm256_setzero_si256();
+        }
+    }
+  }
+}
+
+// Adds xs * fma(isum, d, msum * dm) of super-block b to acc (rows [r0, r0 + R), both halves).
+template <int Subs, int R>
+inline void finish_block(const KAct& a, const KWeight& w, const int8_t* mmt, int64_t t, int64_t b, int64_t r0,
+                         const __m256i (&isum)[R][H], float (&acc)[R][kTileN]) {
+  const int64_t nsb = a.K / kSuperK, nsub = nsb * Subs;
+  for (int hh = 0; hh < H; ++hh) {
+    const int64_t i = (t * nsb + b) * kTileN + 8 * hh;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.d + i)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.dm + i)));
+    __m256i msum[R];
+    for (int r = 0; r < R; ++r) msum[r] = _mm256_setzero_si256();
+    for (int j = 0; j < Subs; j += 2) {  // each mm pair vector widened once for all rows
+      const int8_t* m = mmt + (b * Subs + j) * kTileN + 16 * hh;
+      const __m256i mm = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)m));
+      for (int r = 0; r < R; ++r) {
+        const int16_t* xsum = a.xsum + (r0 + r) * nsub + b * Subs + j;
+        msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(mm, bcast4(xsum)));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(msum[r]), dm);
+      const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][hh]), d, mins);
+      const __m256 xs = _mm256_set1_ps(a.xs[(r0 + r) * nsb + b]);
+      _mm256_store_ps(acc[r] + 8 * hh, _mm256_fmadd_ps(y, xs, _mm256_load_ps(acc[r] + 8 * hh)));
+    }
+  }
+}
+
+// Rows [r0, r0 + R) of tile t; the fp32 accumulators live in memory (touched once per super-block).
+template <bool V, int Bits, int R>
+void kpass(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0) {
+  constexpr int kSubs = Bits == 4 ? 8 : 16;
+  const int64_t K = a.K, nsb = K / kSuperK, nsub = nsb * kSubs;
+  const uint8_t* qt = w.q + t * K * 8;
+  const uint8_t* ht = Bits == 6 ? w.qh + t * K * 4 : nullptr;
+  const int8_t* sct = w.sc + t * nsub * kTileN;
+  const int8_t* mmt = w.mm + t * nsub * kTileN;
+  alignas(32) float acc[R][kTileN] = {};
+  for (int64_t b = 0; b < nsb; ++b) {
+    __m256i isum[R][H];
+    for (int r = 0; r < R; ++r)
+      for (int hh = 0; hh < H; ++hh) isum[r][hh] = _mm256_setzero_si256();
+    for (int j = 0; j < kSubs; ++j) sub_block<V, Bits, R>(a, qt, ht, sct, b * kSubs + j, r0, isum);
+    finish_block<kSubs, R>(a, w, mmt, t, b, r0, isum, acc);
+  }
+  for (int hh = 0; hh < H; ++hh) {
+    const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
+    if (n <= 0) break;
+    const __m256 bias = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      store8(o.out, o.bf16, (r0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), bias), n);
+    }
+  }
+}
+
+// A pass of `rows` rows (1 <= rows <= R) of tile t.
+template <bool V, int R>
+void kpass_rows(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0, int64_t rows) {
+  if constexpr (R > 1) {
+    if (rows < R) return kpass_rows<V, R - 1>(a, w, o, t, r0, rows);
+  }
+  w.bits == 4 ? kpass<V, 4, R>(a, w, o, t, r0) : kpass<V, 6, R>(a, w, o, t, r0);
+}
+
+// Tiles [t0, t1) for all rows, in passes of P rows (the activation layout's pass, kquant.h).
+template <bool V, int P>
+void run_ktiles(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t r0 = 0; r0 < o.M; r0 += P) kpass_rows<V, P>(a, w, o, t, r0, std::min<int64_t>(P, o.M - r0));
+  }
+}
+
+}  // namespace
+}  // namespace swiftspec
