@@ -37,7 +37,7 @@ def measure(source: str, weights: str, rows: list[int], rounds: int) -> dict[tup
     model = load_model(source, LoadConfig(weights=weights)).model
     kernels.prepare_model_(model, weights)
     runner = ModelRunner(model, PREFIX + 64, max_nodes=16)
-    runner.prefill(list(range(100, 100 + PREFIX)))
+    runner.extend(list(range(100, 100 + PREFIX)))
     best: dict[tuple[int, bool], float] = {}
     for t in rows:
         call = _call(runner, t)

@@ -104,7 +104,7 @@ def step_rows(iters: int, quick: bool) -> list[Timing]:
     from swiftspec.exec.runner import ModelRunner
 
     runner = ModelRunner(_draft_sized_model(), 2048, max_nodes=64)
-    runner.prefill(list(range(1000)))
+    runner.extend(list(range(1000)))
     buckets = (1, 8) if quick else (1, 8, 16)
     graphs = GraphRunner(runner, buckets).capture()
     rows = []

@@ -64,7 +64,7 @@ class TieProbe:
             model = load_target(self.source, self.load).model  # in the mode's weight format
             self._runner = ModelRunner(model, self.load.max_seq_len, max_nodes=1)
         self._runner.kv.reset()
-        logits = self._runner.prefill(ids)[0].float()  # [V]
+        logits = self._runner.extend(ids)[0].float()  # [V]
         return logits.topk(2).values
 
     def is_tie(self, gap: float, top2: torch.Tensor) -> bool:

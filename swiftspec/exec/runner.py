@@ -51,8 +51,10 @@ class ModelRunner:
             hidden = hidden[rows]
         return self.logits(hidden)
 
-    def prefill(self, tokens: list[int]) -> torch.Tensor:
-        """Append verified tokens to the prefix (tree must be empty); logits of the last one [1, V]."""
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        """Append verified tokens to the prefix (tree must be empty); logits of the last one [1, V].
+
+        The same call serves a prompt's prefill and a one-token decode step."""
         start = self.kv.prefix_len
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # [T]
         slots = self.kv.append_prefix(len(tokens))

@@ -38,7 +38,7 @@ class AutoregressiveEngine:
         timeline = Timeline()
         try:
             with timeline.span("prefill"):
-                logits = self.runner.prefill(prompt)  # [1, V]
+                logits = self.runner.extend(prompt)  # [1, V]
             while True:
                 with timeline.span("verify"):
                     token = pick_tokens(logits, params, rng)  # [1]
@@ -51,7 +51,7 @@ class AutoregressiveEngine:
                 if req.done:
                     return
                 with timeline.span("forward"):
-                    logits = self.runner.prefill(out)
+                    logits = self.runner.extend(out)
         finally:
             if self.trace is not None:
                 self.trace.add(request_trace(timeline))

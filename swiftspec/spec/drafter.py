@@ -64,7 +64,7 @@ class TreeDrafter:
         self.runner.kv.reset()
         if self.switchable:
             self._use_pruned(_covers(self.inside, prompt + [root], PROMPT_SLACK))
-        self.runner.prefill(prompt)
+        self.runner.extend(prompt)
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params

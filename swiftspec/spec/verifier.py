@@ -20,7 +20,7 @@ class TreeVerifier:
     def prefill(self, prompt: list[int]) -> torch.Tensor:
         """Compute the prompt's KV; logits after its last token [1, V]."""
         self.runner.kv.reset()
-        return self.runner.prefill(prompt)
+        return self.runner.extend(prompt)
 
     def forward_tree(self, tokens: torch.Tensor, depths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Target logits [n, V] for subtree nodes tokens [n] (root first) with ancestor mask [n, n].

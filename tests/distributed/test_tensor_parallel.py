@@ -21,8 +21,8 @@ PROMPT = [3, 14, 15, 92, 65, 35, 89, 79]
 def logits_of(model_dir: str, parallel: ParallelState) -> torch.Tensor:
     loaded = load_model(model_dir, FP32, parallel)
     runner = ModelRunner(loaded.model, 64, max_nodes=1)
-    first = runner.prefill(PROMPT[:-1])
-    return torch.cat([first, runner.prefill(PROMPT[-1:])])  # [2, V]: a prefill and a decode step
+    first = runner.extend(PROMPT[:-1])
+    return torch.cat([first, runner.extend(PROMPT[-1:])])  # [2, V]: a prefill and a decode step
 
 
 def _rank(rank: int, model_dir: str, init: str, out: str) -> None:

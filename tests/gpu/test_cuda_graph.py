@@ -52,7 +52,7 @@ def model() -> torch.nn.Module:
 
 def _prefilled(model: torch.nn.Module, prompt: int) -> ModelRunner:
     runner = ModelRunner(model, MAX_LEN, max_nodes=16)
-    runner.prefill(list(range(3, 3 + prompt)))
+    runner.extend(list(range(3, 3 + prompt)))
     return runner
 
 

@@ -86,7 +86,7 @@ def test_model_on_cuda_matches_cpu() -> None:
     results = []
     for device in ("cpu", "cuda"):
         runner = ModelRunner(tiny_model(device), MAX_LEN, max_nodes=16)
-        first = runner.prefill(list(range(3, 33)))
+        first = runner.extend(list(range(3, 33)))
         results.append(torch.cat([first, runner.forward(**_tree_call(30, 7, device))]).cpu())
     torch.testing.assert_close(results[1], results[0], atol=1e-3, rtol=1e-3)
 
@@ -98,7 +98,7 @@ def test_graph_replay_equals_eager(dtype: torch.dtype) -> None:
     eager = ModelRunner(tiny_model("cuda", dtype), MAX_LEN, max_nodes=16)
     graphed = ModelRunner(tiny_model("cuda", dtype), MAX_LEN, max_nodes=16)
     for runner in (eager, graphed):
-        runner.prefill(list(range(3, 33)))
+        runner.extend(list(range(3, 33)))
     attach(graphed, (4, 8))
     graphs: GraphRunner = graphed.graphs
     tol = 1e-4 if dtype == torch.float32 else 3e-2

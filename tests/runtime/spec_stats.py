@@ -38,7 +38,7 @@ def exact_distribution(model: torch.nn.Module, prompt: list[int], params: Sampli
             out[seq + (END,) * (n - len(seq))] = p
             return
         runner.kv.reset()
-        probs = process_logits(runner.prefill(prompt + [t for t in seq]), params)[0]  # [V]
+        probs = process_logits(runner.extend(prompt + [t for t in seq]), params)[0]  # [V]
         for tok in (probs > floor / max(p, 1e-12)).nonzero().flatten().tolist():
             walk(seq + (END if tok in eos else tok,), p * float(probs[tok]))
 

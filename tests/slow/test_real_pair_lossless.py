@@ -40,7 +40,7 @@ def assert_same_or_tie(ar, ids: list[int], want: list[int], got: list[int], labe
     for i, (a, b) in enumerate(zip(want, got)):
         if a != b:
             ar.runner.kv.reset()
-            top2 = ar.runner.prefill(ids + want[:i])[0].topk(2).values
+            top2 = ar.runner.extend(ids + want[:i])[0].topk(2).values
             gap, tol = float(top2[0] - top2[1]), torch.finfo(torch.bfloat16).eps * float(top2.abs().max())
             assert gap <= tol, f"{label}: token {i} differs ({a} vs {b}) and is no tie (gap {gap:.4f} > {tol:.4f})"
             return
