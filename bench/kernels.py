@@ -89,9 +89,9 @@ def make_impls(n: int, k: int, group: int) -> dict[str, Impl]:
     return impls
 
 
-def _clone(qw: kernels.QuantWeight) -> kernels.QuantWeight:
+def _clone(qw: kernels.PackedWeight) -> kernels.PackedWeight:
     mins = None if qw.mins is None else qw.mins.clone()
-    return kernels.QuantWeight(qw.fmt, qw.shape, qw.group_size, qw.qweight.clone(), qw.scale.clone(), mins)
+    return kernels.PackedWeight(qw.fmt, qw.shape, qw.group_size, qw.qweight.clone(), qw.scale.clone(), mins)
 
 
 def time_shape(n: int, k: int, ms: list[int], rounds: int, group: int) -> dict[tuple[str, int], float]:

@@ -22,7 +22,7 @@ from swiftspec.kernels.convert import (
 from swiftspec.kernels.decoder import MAX_DECODER_ROWS
 from swiftspec.kernels.decoder import CpuDecoder, LayerWeights, cpu_decoder
 from swiftspec.kernels.quant import (
-    QuantWeight,
+    PackedWeight,
     dequantize,
     quant_linear_a8_ref,
     quant_linear_ref,
@@ -40,7 +40,7 @@ from swiftspec.kernels.swiglu import (
 from swiftspec.kernels.tree_attention import grouped_attention, tree_attention_ref, tree_attention_triton
 
 __all__ = [
-    "CpuDecoder", "LayerWeights", "MAX_DECODER_ROWS", "QuantWeight", "attention", "cpu_decoder",
+    "CpuDecoder", "LayerWeights", "MAX_DECODER_ROWS", "PackedWeight", "attention", "cpu_decoder",
     "dequantize", "linear", "prepare_model_", "prepare_weight",
     "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
@@ -52,7 +52,7 @@ __all__ = [
 _KERNEL_DTYPES = (torch.bfloat16, torch.float32)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor | PackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ weight^T (+ bias [N]).
 
     Plain tensors go to F.linear.  A wrapped bf16 weight and a bf16 CPU x run the small-M bf16
@@ -60,10 +60,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tens
     CPU has AVX-512 BF16 (oneDNN's native bf16 GEMM) and the C++ prefill GEMM below that level,
     where oneDNN would emulate bf16 (slow, and its rounding would depend on the row count); other
     devices and dtypes run F.linear.  An
-    int8/int4 (or GGUF q4k/q6k, see kquant.py) QuantWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
+    int8/int4 (or GGUF q4k/q6k, see kquant.py) PackedWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
     is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
     otherwise (other devices or dtypes, or no compiler)."""
-    if not isinstance(weight, QuantWeight):
+    if not isinstance(weight, PackedWeight):
         return F.linear(x, weight, bias)
     if weight.fmt == "bf16":
         if x.dtype == torch.bfloat16 and x.device.type == "cpu" and weight.device.type == "cpu" \
@@ -133,11 +133,11 @@ def swiglu_act(gate_up: torch.Tensor) -> torch.Tensor:
     return swiglu_act_ref(gate_up)
 
 
-def swiglu(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+def swiglu(x: torch.Tensor, weight: torch.Tensor | PackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """silu(x Wg^T) * (x Wu^T) [M, I] for x [M, H] and the packed gate_up weight [2I, H] (+ bias [2I]).
 
     One fused Triton kernel for a plain CUDA weight and M <= MAX_SWIGLU_ROWS; otherwise `linear`
-    (so a QuantWeight keeps its kernels) followed by `swiglu_act`."""
+    (so a PackedWeight keeps its kernels) followed by `swiglu_act`."""
     plain = isinstance(weight, torch.Tensor) and bias is None and weight.dtype == x.dtype
     if use_triton(x) and plain and x.shape[0] <= MAX_SWIGLU_ROWS and x.stride(-1) == weight.stride(-1) == 1:
         return swiglu_triton(x, weight)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from swiftspec.kernels import capability, cpu_ext
-from swiftspec.kernels.quant import QuantWeight, quantize_int4, quantize_int8, wrap_bf16
+from swiftspec.kernels.quant import PackedWeight, quantize_int4, quantize_int8, wrap_bf16
 
 FORMATS = ("bf16", "int8", "int4")
 # Layers whose forward is y = F.linear(x, self.weight, bias) (matched on the class hierarchy, so
@@ -19,12 +19,12 @@ LINEAR_CLASSES = frozenset({"Linear", "LinearBase", "ParallelLMHead"})
 def is_linear(module: nn.Module) -> bool:
     """True if `module` is a linear layer whose 2-D weight can be packed."""
     w = getattr(module, "weight", None)
-    if isinstance(w, QuantWeight) or w is None or w.dim() != 2 or not w.is_floating_point():
+    if isinstance(w, PackedWeight) or w is None or w.dim() != 2 or not w.is_floating_point():
         return False
     return any(c.__name__ in LINEAR_CLASSES for c in type(module).__mro__)
 
 
-def quantize_weight(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QuantWeight:
+def quantize_weight(w: torch.Tensor, fmt: str, group_size: int | None = None) -> PackedWeight:
     """Pack a dense [N, K] weight: "int8" per channel, "int4" group-wise (default group 128),
     "bf16" wrapped unchanged (the weight must already be bf16)."""
     if fmt not in FORMATS:
@@ -37,11 +37,11 @@ def quantize_weight(w: torch.Tensor, fmt: str, group_size: int | None = None) ->
 
 
 def quantize_linear_(module: nn.Module, fmt: str, group_size: int | None = None) -> nn.Module:
-    """Replace module.weight ([N, K] Parameter) by its packed QuantWeight, in place.
+    """Replace module.weight ([N, K] Parameter) by its packed PackedWeight, in place.
 
     fmt "int8": per-channel; group_size is the activation K-block (default: largest of
     128/64/32 dividing K).  fmt "int4": group-wise, group_size in {32, 64, 128} (default 128).
-    The module's own forward keeps calling F.linear(x, self.weight, bias): QuantWeight routes that
+    The module's own forward keeps calling F.linear(x, self.weight, bias): PackedWeight routes that
     call to swiftspec.kernels.linear.  A weight tied to another module (the embedding) stays
     there; only this module's reference is replaced.  The packed weight is not a Parameter, so it
     is not in state_dict() and not moved by .to(); convert after loading, on the target device."""
@@ -93,7 +93,7 @@ def prepare_model_(model: nn.Module, fmt: str, *, lm_head: bool = True) -> list[
     return quantize_model_(model, "bf16", lm_head=lm_head)
 
 
-def prepare_weight(w: torch.Tensor, fmt: str) -> torch.Tensor | QuantWeight:
+def prepare_weight(w: torch.Tensor, fmt: str) -> torch.Tensor | PackedWeight:
     """One weight as prepare_model_ would ready it (a bf16 weight stays plain where the kernel does not apply)."""
     if fmt == "bf16" and not _bf16_kernel_applies(w):
         return w

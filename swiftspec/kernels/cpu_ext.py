@@ -28,7 +28,7 @@ from types import ModuleType
 import torch
 
 from swiftspec.errors import UserError
-from swiftspec.kernels.quant import QuantWeight
+from swiftspec.kernels.quant import PackedWeight
 
 _CSRC = Path(__file__).parent / "csrc"
 MAX_SMALL_ROWS = 16  # kMaxSmallRows in glue.h; larger calls (prefill) go to the prefill paths
@@ -193,7 +193,7 @@ def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
-def quant_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None,
+def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = None,
                  at_level: int | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ W^T (+ bias) with the C++ kernels; x bf16 or fp32 on CPU.
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.quant import QuantWeight
+from swiftspec.kernels.quant import PackedWeight
 
 MAX_DECODER_ROWS = cpu_ext.MAX_SMALL_ROWS  # longer calls (prefill) run the unfused model
 _EMPTY = torch.empty(0)
@@ -28,23 +28,23 @@ class LayerWeights:
 
     input_norm: torch.Tensor  # [hidden]
     post_norm: torch.Tensor  # [hidden]
-    qkv: QuantWeight  # [(heads + 2 kv_heads) * head_dim, hidden]: q, then k, then v
+    qkv: PackedWeight  # [(heads + 2 kv_heads) * head_dim, hidden]: q, then k, then v
     qkv_bias: torch.Tensor | None
-    o: QuantWeight  # [hidden, heads * head_dim]
+    o: PackedWeight  # [hidden, heads * head_dim]
     o_bias: torch.Tensor | None
-    gate_up: QuantWeight  # [2 * intermediate, hidden]: gate rows first
-    down: QuantWeight  # [hidden, intermediate]
+    gate_up: PackedWeight  # [2 * intermediate, hidden]: gate rows first
+    down: PackedWeight  # [hidden, intermediate]
 
 
 def _fusable(layer: LayerWeights, dtype: torch.dtype) -> bool:
     linears = (layer.qkv, layer.o, layer.gate_up, layer.down)
-    if not all(isinstance(w, QuantWeight) and w.device.type == "cpu" for w in linears):
+    if not all(isinstance(w, PackedWeight) and w.device.type == "cpu" for w in linears):
         return False
     bf16_ok = dtype == torch.bfloat16 and cpu_ext.available("bf16_linear")  # bf16 rows only
     return all(w.fmt != "bf16" or bf16_ok for w in linears) and layer.input_norm.dtype == dtype
 
 
-def _packed(ext, w: QuantWeight, bias: torch.Tensor | None):  # noqa: ANN001, ANN202 - extension types
+def _packed(ext, w: PackedWeight, bias: torch.Tensor | None):  # noqa: ANN001, ANN202 - extension types
     """PackedLinear(fmt: 0 bf16 / 1 int8 / 2 int4, qweight, scale, d, mn, bias, N, K, block), or
     for the K-quants PackedLinear(3 q4k / 4 q6k, qweight, d, dm, bias, N, K, qh, sc, mm)."""
     n, k = w.shape

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from swiftspec.kernels.quant import TILE_N, QuantWeight, _tiles, quantize_act_ref
+from swiftspec.kernels.quant import TILE_N, PackedWeight, _tiles, quantize_act_ref
 
 SUPER_K = 256
 Q4K_BYTES, Q6K_BYTES = 144, 210  # bytes per super-block in the file
@@ -37,7 +37,7 @@ CHUNK_ROWS = 4096  # rows decoded at a time: bounds the temporaries
 
 @dataclass(frozen=True)
 class KBlocks:
-    """The K-quant parts of a QuantWeight beyond qweight (low nibbles), scale (d), mins (dm)."""
+    """The K-quant parts of a PackedWeight beyond qweight (low nibbles), scale (d), mins (dm)."""
 
     qh: torch.Tensor  # uint8 [T, K/16, 16, 4] (6-bit) or empty
     sc: torch.Tensor  # int8 [T, K/(2 sub), 16, 2]
@@ -143,9 +143,9 @@ def _pack_chunk(dec: Decoded) -> Packed:
     return Packed(nib, qh, sc_t, mm_t, d_t, dm_t)
 
 
-def pack(parts: list[Decoded], shape: tuple[int, int]) -> QuantWeight:
+def pack(parts: list[Decoded], shape: tuple[int, int]) -> PackedWeight:
     """Decoded row chunks (in row order, every chunk but the last a multiple of 16 rows; all of one
-    bits, see widen) -> a "q4k" / "q6k" QuantWeight of logical shape (N, K)."""
+    bits, see widen) -> a "q4k" / "q6k" PackedWeight of logical shape (N, K)."""
     bits = parts[0].bits
     if any(p.bits != bits for p in parts):
         raise ValueError("pack: chunks of mixed bits; widen the 4-bit ones first")
@@ -158,7 +158,7 @@ def pack(parts: list[Decoded], shape: tuple[int, int]) -> QuantWeight:
     mm = sc if all(p.mm is p.sc for p in parts) else cat("mm")
     qh = cat("qh") if bits == 6 else packed[0].qh
     fmt = "q4k" if bits == 4 else "q6k"
-    return QuantWeight(fmt, shape, SUPER_K, cat("q"), cat("d"), cat("dm"), KBlocks(qh, sc, mm))
+    return PackedWeight(fmt, shape, SUPER_K, cat("q"), cat("d"), cat("dm"), KBlocks(qh, sc, mm))
 
 
 @dataclass(frozen=True)
@@ -169,8 +169,8 @@ class RawPart:
     qtype: str  # "Q4_K" | "Q6_K"
 
 
-def from_gguf(parts: list[RawPart], k: int) -> QuantWeight:
-    """K-quant tensors stacked along N (a fused qkv / gate_up, or one tensor) -> QuantWeight of
+def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
+    """K-quant tensors stacked along N (a fused qkv / gate_up, or one tensor) -> PackedWeight of
     shape (sum of rows, k).  All Q4_K: "q4k"; any Q6_K: "q6k" (the Q4_K parts widened).  Every
     part but the last must have a multiple of 16 rows (tiles never straddle parts)."""
     six = any(p.qtype == "Q6_K" for p in parts)
@@ -186,7 +186,7 @@ def from_gguf(parts: list[RawPart], k: int) -> QuantWeight:
     return pack(chunks, (sum(len(p.raw) for p in parts), k))
 
 
-def dequantize_k(qw: QuantWeight) -> torch.Tensor:
+def dequantize_k(qw: PackedWeight) -> torch.Tensor:
     """The fp32 [N, K] weight: (d * sc) * q + dm * mm, the file's values bit for bit."""
     n, k = qw.shape
     kb, t = qw.kblocks, qw.qweight.shape[0]

@@ -32,8 +32,8 @@ BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group
 
 
 @dataclass(frozen=True, eq=False)
-class QuantWeight:
-    """A packed [N, K] weight; F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
+class PackedWeight:
+    """A packed [N, K] weight (or a bf16 one wrapped as is); F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
 
     fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q6k" (GGUF K-quants as stored, see kquant.py)
     shape: tuple[int, int]  # logical (N, K)
@@ -76,7 +76,7 @@ def _check_weight(w: torch.Tensor) -> None:
         raise ValueError(f"expected a 2-D floating weight, got {tuple(w.shape)} {w.dtype}")
 
 
-def quantize_int8(w: torch.Tensor, block: int | None = None) -> QuantWeight:
+def quantize_int8(w: torch.Tensor, block: int | None = None) -> PackedWeight:
     """Per-output-channel symmetric int8.  w: [N, K]; block: activation K-block (default: the
     largest of 128/64/32 that divides K, else 32 with K zero-padded)."""
     _check_weight(w)
@@ -97,10 +97,10 @@ def quantize_int8(w: torch.Tensor, block: int | None = None) -> QuantWeight:
         q = (q + 128).to(torch.uint8).view(-1, TILE_N, kp // 4, 4).permute(0, 2, 1, 3)
         packed[r0 // TILE_N : r0 // TILE_N + q.shape[0]] = q
         scales[r0 : r0 + wc.shape[0]] = scale
-    return QuantWeight("int8", (n, k), block, packed, scales)
+    return PackedWeight("int8", (n, k), block, packed, scales)
 
 
-def quantize_int4(w: torch.Tensor, group_size: int = 128) -> QuantWeight:
+def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
     """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0."""
     _check_weight(w)
     n, k = w.shape
@@ -126,18 +126,18 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128) -> QuantWeight:
         packed[r0 // TILE_N : r0 // TILE_N + nibbles.shape[0]] = nibbles
         d_all[r0 : r0 + rows], m_all[r0 : r0 + rows] = d16, m16
     d_t, m_t = (v.view(t, TILE_N, ng).permute(0, 2, 1).contiguous() for v in (d_all, m_all))
-    return QuantWeight("int4", (n, k), group_size, packed, d_t, m_t)
+    return PackedWeight("int4", (n, k), group_size, packed, d_t, m_t)
 
 
-def wrap_bf16(w: torch.Tensor) -> QuantWeight:
+def wrap_bf16(w: torch.Tensor) -> PackedWeight:
     """A bf16 [N, K] weight (kept as is, storage shared) for the small-M bf16 kernel."""
     _check_weight(w)
     if w.dtype != torch.bfloat16 or w.stride(-1) != 1:
         raise ValueError(f"bf16 wrapping needs a row-major bf16 weight, got {w.dtype}")
-    return QuantWeight("bf16", tuple(w.shape), 0, w.detach(), torch.empty(0))
+    return PackedWeight("bf16", tuple(w.shape), 0, w.detach(), torch.empty(0))
 
 
-def dequantize(qw: QuantWeight) -> torch.Tensor:
+def dequantize(qw: PackedWeight) -> torch.Tensor:
     """The fp32 [N, K] weight that ``qw`` represents."""
     n, k = qw.shape
     if qw.fmt == "bf16":
@@ -174,7 +174,7 @@ def quantize_act_ref(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.T
     return q.view(m, kp), (amax / c127).view(m, -1)
 
 
-def quant_linear_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+def quant_linear_ref(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Ideal result: x [..., K] @ dequant(qw)^T [K, N] (+ bias) in fp32, cast to x.dtype."""
     y = x.float() @ dequantize(qw).to(x.device).T
     if bias is not None:
@@ -182,7 +182,7 @@ def quant_linear_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None
     return y.to(x.dtype)
 
 
-def quant_linear_a8_ref(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+def quant_linear_a8_ref(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The kernel's numerics: x rows quantized to int8 per K-block, then exact products (the
     K-quant formats' K-block is their super-block of 256)."""
     x2 = x.reshape(-1, qw.shape[1])

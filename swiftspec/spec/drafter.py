@@ -185,7 +185,7 @@ def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, we
     if vocab is not None:
         w = model.lm_head.weight  # a packed GGUF head (--weights gguf) is dequantized to prune it
         dtype = model.model.embed_tokens.weight.dtype
-        dense = kernels.dequantize(w).to(dtype) if isinstance(w, kernels.QuantWeight) else w.data
+        dense = kernels.dequantize(w).to(dtype) if isinstance(w, kernels.PackedWeight) else w.data
         head = dense[vocab.to(dense.device)].contiguous()  # [V', H]
     kernels.prepare_model_(model, weights)  # the full head too: requests outside the pruned vocabulary use it
     head = None if head is None else kernels.prepare_weight(head, weights)

@@ -117,7 +117,7 @@ def test_prepare_model_wraps_bf16_cpu_models_only(isa_bound: int, tiny_qwen_dir)
     names = kernels.prepare_model_(bf16, "bf16")
     assert "lm_head" in names and any(n.endswith("qkv_proj") for n in names)
     head = bf16.lm_head.weight
-    assert isinstance(head, kernels.QuantWeight) and head.fmt == "bf16"
+    assert isinstance(head, kernels.PackedWeight) and head.fmt == "bf16"
     if bf16.args.tie_word_embeddings:  # the head reads the embedding's storage, no copy
         assert head.qweight.data_ptr() == bf16.model.embed_tokens.weight.data_ptr()
     fp32 = load_model(str(tiny_qwen_dir), LoadConfig(dtype="float32")).model

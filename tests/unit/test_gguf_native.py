@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig
-from swiftspec.kernels.quant import QuantWeight, dequantize
+from swiftspec.kernels.quant import PackedWeight, dequantize
 from swiftspec.exec.load import load_target
 from swiftspec.testing import make_tiny_checkpoint, write_gguf
 from swiftspec.weights.gguf import GGUFCheckpoint
@@ -33,7 +33,7 @@ def test_gguf_linears_are_the_files_blocks(arch: str, tmp_path: Path, tmp_cache:
     }
     for module, parts in fused.items():
         qw = module.weight
-        assert isinstance(qw, QuantWeight) and qw.fmt == ("q6k" if {"v_proj", "down_proj"} & set(parts) else "q4k")
+        assert isinstance(qw, PackedWeight) and qw.fmt == ("q6k" if {"v_proj", "down_proj"} & set(parts) else "q4k")
         prefix = "model.layers.0.self_attn." if parts[0].endswith(("q_proj", "o_proj")) else "model.layers.0.mlp."
         want = torch.cat([file[f"{prefix}{p}.weight"] for p in parts])
         assert torch.equal(dequantize(qw), want), parts

@@ -36,11 +36,11 @@ def isa_levels(ext) -> list[int]:
     return cpu_ext.supported_levels()
 
 
-def _quantize(fmt: str, w: torch.Tensor, group: int | None) -> kernels.QuantWeight:
+def _quantize(fmt: str, w: torch.Tensor, group: int | None) -> kernels.PackedWeight:
     return kernels.quantize_int8(w, group) if fmt == "int8" else kernels.quantize_int4(w, group)
 
 
-def _check_a8(y: torch.Tensor, x: torch.Tensor, qw: kernels.QuantWeight, bias: torch.Tensor | None,
+def _check_a8(y: torch.Tensor, x: torch.Tensor, qw: kernels.PackedWeight, bias: torch.Tensor | None,
               w: torch.Tensor) -> None:
     """y against the kernel's math in torch; w = dequantize(qw) (passed in: it is reused)."""
     q, s = quantize_act_ref(x, qw.group_size)
@@ -145,7 +145,7 @@ def test_dispatch(ext) -> None:
     assert torch.equal(kernels.linear(x, w), F.linear(x, w))
     qw = kernels.quantize_int8(w)
     assert torch.equal(kernels.linear(x, qw), cpu_ext.quant_linear(x, qw))
-    assert torch.equal(F.linear(x, qw), kernels.linear(x, qw))  # via QuantWeight.__torch_function__
+    assert torch.equal(F.linear(x, qw), kernels.linear(x, qw))  # via PackedWeight.__torch_function__
     b = torch.randn(32)
     assert torch.equal(F.linear(input=x, weight=qw, bias=b), kernels.linear(x, qw, b))
     x16 = x.half()  # no fp16 kernel: the exact reference
@@ -191,7 +191,7 @@ def test_quantize_model_converts_linears_not_embeddings() -> None:
     assert isinstance(model["embed"].weight, nn.Parameter)  # the lookup keeps its table
     assert model["embed"](torch.tensor([3])).shape == (1, 64)
     for name, y0 in before.items():
-        assert isinstance(model[name].weight, kernels.QuantWeight)
+        assert isinstance(model[name].weight, kernels.PackedWeight)
         assert (model[name](x) - y0).norm() <= 3e-2 * y0.norm(), name
     head_kept = nn.ModuleDict({"head": ParallelLMHead(50, 64, **f32), "o": RowParallelLinear(64, 64, bias=False)})
     for p in head_kept.parameters():
