@@ -59,12 +59,14 @@ class LoadConfig:
     device: str = "cpu"
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
     max_seq_len: int = 4096
-    weights: str = "bf16"  # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"
+    # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"; None (a draft only):
+    # the default for its target, resolved when the engine is built (exec.load.resolve_draft_weights)
+    weights: str | None = "bf16"
 
     def __post_init__(self) -> None:
         if self.dtype not in ("bfloat16", "float32", "float16"):
             raise ConfigError(f"unsupported dtype {self.dtype!r}")
-        if self.weights not in WEIGHT_FORMATS:
+        if self.weights is not None and self.weights not in WEIGHT_FORMATS:
             raise ConfigError(f"unsupported weight format {self.weights!r}")
         if self.max_seq_len < 16:
             raise ConfigError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
@@ -124,6 +126,8 @@ class EngineConfig:
             raise ConfigError("--rendezvous links one target rank to one draft rank: --mode async, tensor-parallel 1")
         if self.mode not in MODES + (AUTO,):
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES + (AUTO,))})")
+        if self.target_load.weights is None:
+            raise ConfigError("the target's weight format must be given (None means a draft's default only)")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
         if not self.worker_timeout >= 0:

@@ -8,7 +8,6 @@ import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.cli.remote_args import remote_config_from_args
-from swiftspec.exec.load import default_draft_weights
 from swiftspec.kernels import MAX_DECODER_ROWS
 from swiftspec.weights import own_format
 
@@ -135,7 +134,9 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
     check_rows(args, device)
     weights = args.weights or own_format(args.model, device)
     target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=weights)
-    draft_load = dataclasses.replace(target_load, weights=args.draft_weights or default_draft_weights(target_load))
+    # No --draft-weights: None, the default for this target, resolved when the engine is built
+    # (exec.load.resolve_draft_weights may compile the C++ kernels to see whether they load).
+    draft_load = dataclasses.replace(target_load, weights=args.draft_weights)
     tree = TreeConfig(**{f.name: _value(args, f.name, f.default) for f in dataclasses.fields(TreeConfig)})
     auto = AutoConfig(modes=auto_candidates(args), choose_draft_weights=args.draft_weights is None,
                       reprofile=getattr(args, "reprofile", False))

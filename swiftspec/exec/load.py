@@ -3,8 +3,10 @@ format, and the check that a pair shares its tokenizer."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from swiftspec import kernels
-from swiftspec.config import ConfigError, LoadConfig
+from swiftspec.config import ConfigError, EngineConfig, LoadConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.parallel.state import ParallelState
 from swiftspec.weights import load_model
@@ -27,6 +29,17 @@ def default_draft_weights(target: LoadConfig) -> str:
     if target.weights != "bf16" or not target.device.startswith("cpu") or target.dtype != "bfloat16":
         return target.weights
     return "int8" if cpu_ext.load() is not None else "bf16"
+
+
+def resolve_draft_weights(config: EngineConfig) -> EngineConfig:
+    """config with draft_load.weights set: None (no --draft-weights) becomes default_draft_weights.
+
+    Called where an engine is built or chosen, not while flags are parsed: the default asks
+    whether the C++ kernels load, which may compile them."""
+    if config.draft_load.weights is not None:
+        return config
+    weights = default_draft_weights(config.target_load)
+    return dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, weights=weights))
 
 
 def check_pair(target, draft) -> None:  # the Tokenizers of target and draft (swiftspec.tokenizer)

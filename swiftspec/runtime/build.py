@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig
-from swiftspec.exec.load import check_pair, load_target
+from swiftspec.exec.load import check_pair, load_target, resolve_draft_weights
 from swiftspec.runtime.base import Engine
 
 
@@ -23,6 +23,7 @@ def build_engine(config: EngineConfig) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
     runtime.auto chooses (it says which, and why, in one line on stderr).  With config.trace set,
     every request's timeline goes to that file."""
+    config = resolve_draft_weights(config)
     if config.mode == AUTO:
         from swiftspec.runtime.auto.choose import decide
 

@@ -187,6 +187,7 @@ class DraftHostIO:
 def serve_draft(config: EngineConfig, once: bool = False) -> int:
     """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
     until it leaves, and link again (once: return after the first link ends)."""
+    from swiftspec.exec.load import resolve_draft_weights
     from swiftspec.spec import build_drafter
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
     from swiftspec.weights import load_model
@@ -194,6 +195,7 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     remote = config.remote
     if config.draft == NO_DRAFT:
         raise UserError("a draft host needs a draft model (--draft-model)")
+    config = resolve_draft_weights(config)
     secret = read_secret(remote.secret_file)
     draft = load_model(config.draft, config.draft_load)
     drafter = build_drafter(draft, config.tree, config.draft_load.max_seq_len, config.draft_vocab,

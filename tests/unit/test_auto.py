@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from swiftspec.config import AutoConfig, ConfigError, EngineConfig, TreeConfig
+from swiftspec.config import AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.choose import Decision, choose, predictions
 from swiftspec.runtime.auto.model import (
@@ -146,6 +146,27 @@ def test_defaults_are_auto_and_cpu() -> None:
     config = engine_config_from_args(_args())
     assert config.mode == "auto" and config.tree == TreeConfig() and config.draft == EngineConfig().draft
     assert engine_config_from_args(_args("--mode", "tree", "--width", "4")).tree.width == 4
+
+
+def test_parsing_flags_compiles_no_cpp(monkeypatch) -> None:
+    """The draft's default format asks whether the C++ kernels load (a JIT build): flag parsing
+    leaves it None, and building the engine resolves it (exec.load.resolve_draft_weights)."""
+    from swiftspec.exec.load import resolve_draft_weights
+    from swiftspec.kernels import cpu_ext
+
+    def no_build():  # noqa: ANN202
+        raise AssertionError("parsing flags loaded (and may have compiled) the C++ kernels")
+
+    monkeypatch.setattr(cpu_ext, "load", no_build)
+    configs = [engine_config_from_args(_args(*argv)) for argv in [(), ("--weights", "bf16"), ("--weights", "int4")]]
+    assert [c.draft_load.weights for c in configs] == [None, None, None]
+    assert engine_config_from_args(_args("--draft-weights", "int4")).draft_load.weights == "int4"
+    for kernels_load, want in [(object(), "int8"), (None, "bf16")]:
+        monkeypatch.setattr(cpu_ext, "load", lambda k=kernels_load: k)
+        assert resolve_draft_weights(configs[1]).draft_load.weights == want  # a bf16 target on CPU
+    assert resolve_draft_weights(configs[2]).draft_load.weights == "int4"  # the target's own format
+    with pytest.raises(ConfigError, match="target's weight format"):
+        EngineConfig(target_load=LoadConfig(weights=None))
 
 
 def test_profile_cache_round_trip(tmp_cache, tiny_qwen_dir, tiny_draft_dir) -> None:

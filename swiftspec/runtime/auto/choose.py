@@ -7,6 +7,7 @@ import dataclasses
 import sys
 
 from swiftspec.config import EngineConfig
+from swiftspec.exec.load import resolve_draft_weights
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.model import (
     Calibration,
@@ -110,6 +111,7 @@ def predictions(profile: PairProfile, config: EngineConfig, cal: Calibration = C
 
 def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
     """Profile (or read the cached profile) and choose; config.mode is replaced by the choice."""
+    config = resolve_draft_weights(config)
     formats = draft_formats(config)
     key = store.profile_key(config, formats)
     profile = None if config.auto.reprofile else store.load(key)
