@@ -6,8 +6,7 @@ gate/up_proj become mlp.gate_up_proj; `load_weights` routes the separate HF tens
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
 from torch import nn
@@ -131,8 +130,7 @@ class Transformer(nn.Module):
             x = self.model.embed_tokens(tokens)  # [T, hidden]
             return fused(x, cache.k, cache.v, slots, self.rope.cos[positions], self.rope.sin[positions], mask)
         inputs = AttentionInputs.build(self.rope.angles(positions), slots, mask, self.group)
-        with cpu_gemv_path(tokens.shape[0], self.device):
-            return self.model(tokens, inputs, cache)
+        return self.model(tokens, inputs, cache)
 
     def _cpu_decoder(self, rows: int) -> kernels.CpuDecoder | None:
         """The fused CPU forward of the layers (kernels.cpu_decoder) for a call of `rows` tokens, or
@@ -152,8 +150,7 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [T, hidden] -> logits [T, vocab] float32."""
-        with cpu_gemv_path(hidden.shape[0], self.device):
-            return self.lm_head(hidden).float()
+        return self.lm_head(hidden).float()
 
     def load_weights(self, named: Iterable[tuple[str, torch.Tensor]], supplied: frozenset[str] = frozenset()) -> None:
         """Load HF-named tensors (q/k/v and gate/up separate), each rank taking its shard.
@@ -193,24 +190,6 @@ class Transformer(nn.Module):
         if hf_name.endswith("rotary_emb.inv_freq"):  # old checkpoints store the RoPE table
             return True
         return self.args.tie_word_embeddings and hf_name == "lm_head.weight"  # a copy of embed_tokens
-
-
-@contextmanager
-def cpu_gemv_path(rows: int, device: torch.device) -> Iterator[None]:
-    """During a one-row call on CPU, send plain matmuls to ATen's gemv instead of oneDNN.
-
-    ATen's gemv reads a one-row bf16 matmul about twice as fast as oneDNN; with more rows oneDNN
-    is far faster, so it stays on there (docs/bench/depth-rules.md, "oneDNN and gemv").
-    The oneDNN switch is process-wide: two threads must not run forwards of one process at once.
-    """
-    if rows != 1 or device.type != "cpu" or not torch.backends.mkldnn.enabled:
-        yield
-        return
-    torch.backends.mkldnn.enabled = False
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.enabled = True
 
 
 def _route(hf_name: str) -> tuple[str, object]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
@@ -91,6 +92,38 @@ def test_fused_equals_unfused(arch, dtype, weights, heads) -> None:
     for i, (a, b) in enumerate(zip(fused, plain)):
         assert torch.equal(a, b), i
     assert torch.equal(fused_cache.k, plain_cache.k) and torch.equal(fused_cache.v, plain_cache.v)
+
+
+class _AtenMatmuls(TorchDispatchMode):
+    """Records the ATen matrix products (the ops a process-wide oneDNN switch would reroute)."""
+
+    NAMES = ("mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "matmul", "linear", "dot", "_scaled_dot_product")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        name = func.overloadpacket.__name__
+        if name.startswith(self.NAMES) or "mkldnn" in name:
+            self.seen.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("weights", ["bf16", "int8", "int4"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_one_row_forward_runs_no_aten_matmul(weights, fused) -> None:
+    """With the C++ kernels, every linear and the attention of a one-row bf16 forward, and its
+    logits, run in them: no ATen matmul, so no setting of oneDNN can change a decode step's bits."""
+    if weights == "bf16" and cpu_ext.kernel_paths()["bf16_linear"] == 0:
+        pytest.skip("no bf16 linear kernel at this level: bf16 weights stay on ATen")
+    model = _model(_args("qwen2", 4, 2, 32), torch.bfloat16, weights)
+    model.fuse_cpu_layers = fused
+    cache = model.new_cache(16)
+    p, mask = torch.tensor([3]), torch.ones(1, 4, dtype=torch.bool)
+    with _AtenMatmuls() as ops:
+        model.logits(model(torch.tensor([7]), p, cache, p, mask))
+    assert ops.seen == set()
 
 
 def test_rebuilt_when_the_weights_are_repacked() -> None:
