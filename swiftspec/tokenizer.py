@@ -30,7 +30,7 @@ class Tokenizer:
         """Load tokenizer.json, with special tokens and chat template from tokenizer_config.json.
 
         Builds the fast tokenizer directly: AutoTokenizer parses a 150k-token tokenizer.json in
-        Python several times over (~2 s), which would dominate a cached model load.
+        Python several times over, which would dominate a cached model load (docs/bench/code-figures.md).
         """
         path = Path(path)
         if not (path / "tokenizer.json").is_file():

@@ -13,7 +13,7 @@ Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero)
 The kernel quantizes each activation row to int8 per K-block (scale = amax / 127, round half to
 even) and sums exactly in int32 (vpdpbusd does 64 multiply-adds per instruction; fp32 FMA does 16,
 too few to keep M = 8..16 rows bandwidth-bound).  ``quant_linear_a8_ref`` reproduces that math,
-``quant_linear_ref`` is the ideal x @ dequant(W)^T; they differ by about 0.5-1% (relative norm).
+``quant_linear_ref`` is the ideal x @ dequant(W)^T; how far apart they are: docs/bench/code-figures.md.
 A row's result never depends on the other rows of the batch.
 
 - bf16: not quantized.  ``qweight`` is the model's own bf16 [N, K] weight (shared storage, e.g.

@@ -90,7 +90,8 @@ class LinearBase(nn.Module):
 
     def matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x [T, in_local] -> [T, out_local], through the kernel dispatch point (a direct call:
-        routing a packed weight through F.linear's __torch_function__ costs ~50 us per call)."""
+        routing a packed weight through F.linear's __torch_function__ adds Python dispatch to every
+        call; docs/bench/code-figures.md)."""
         return kernels.linear(x, self.weight, bias)
 
 
