@@ -9,8 +9,10 @@ dense here and get the int8 repack (kernels.prepare_model_).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from swiftspec.kernels import kquant
@@ -52,11 +54,17 @@ def plan(ckpt: GGUFCheckpoint, tp_size: int = 1) -> NativePlan:
 
 
 def pack_native_(model: nn.Module, ckpt: GGUFCheckpoint, native: NativePlan) -> list[str]:
-    """Replace each planned linear's weight by its packed blocks, in place; returns the names."""
-    for module_name, specs in native.groups.items():
-        module = model.get_submodule(module_name)
-        parts = [kquant.RawPart(*ckpt.raw(s)) for s in specs]
-        qw = kquant.from_gguf(parts, specs[0].shape[1])
-        del module.weight  # the untouched bf16 parameter
-        module.weight = qw
+    """Replace each planned linear's weight by its packed blocks, in place; returns the names.
+
+    The linears are packed on torch's intra-op thread count of worker threads (numpy and torch
+    release the GIL in the bulk of the work); each packing is a pure function of its blocks."""
+
+    def packed(specs: list[TensorSpec]):
+        return kquant.from_gguf([kquant.RawPart(*ckpt.raw(s)) for s in specs], specs[0].shape[1])
+
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        for module_name, qw in zip(native.groups, pool.map(packed, native.groups.values())):
+            module = model.get_submodule(module_name)
+            del module.weight  # the untouched bf16 parameter
+            module.weight = qw
     return list(native.groups)
