@@ -165,6 +165,10 @@ def test_parsing_flags_compiles_no_cpp(monkeypatch) -> None:
         monkeypatch.setattr(cpu_ext, "load", lambda k=kernels_load: k)
         assert resolve_draft_weights(configs[1]).draft_load.weights == want  # a bf16 target on CPU
     assert resolve_draft_weights(configs[2]).draft_load.weights == "int4"  # the target's own format
+    gguf = EngineConfig(target_load=LoadConfig(weights="gguf"), draft_load=LoadConfig(weights=None))
+    for kernels_load, want in [(object(), "int4"), (None, "gguf")]:  # a GGUF target: an int4 draft
+        monkeypatch.setattr(cpu_ext, "load", lambda k=kernels_load: k)
+        assert resolve_draft_weights(gguf).draft_load.weights == want
     with pytest.raises(ConfigError, match="target's weight format"):
         EngineConfig(target_load=LoadConfig(weights=None))
 
