@@ -7,11 +7,38 @@
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace swiftspec {
 namespace {
+
+// The 4 bytes at p in every 32-bit lane (a broadcast of 4 activation bytes for vpmaddubsw/vpdpbusd).
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Tiles [t0, t1), each in row passes of P rows over rows [0, M) (the last pass shorter):
+// pass(rows, t, r0) with rows a std::integral_constant<int, R>, so each pass size is its own
+// compile-time instance.  A tile stays in L1/L2 between its passes: it is read from DRAM once.
+template <int R, class Pass>
+inline void row_pass(int64_t rows, int64_t t, int64_t r0, Pass& pass) {
+  if constexpr (R > 1) {
+    if (rows < R) return row_pass<R - 1>(rows, t, r0, pass);
+  }
+  pass(std::integral_constant<int, R>{}, t, r0);
+}
+
+template <int P, class Pass>
+inline void for_row_passes(int64_t M, int64_t t0, int64_t t1, Pass pass) {
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t r0 = 0; r0 < M; r0 += P) row_pass<P>(std::min<int64_t>(P, M - r0), t, r0, pass);
+  }
+}
 
 // Lanes [0, n) set (n clamped to [0, 8]), as vmaskmov takes them.
 inline __m256i tail8(int64_t n) {

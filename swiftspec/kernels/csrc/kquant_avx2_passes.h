@@ -17,7 +17,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "avx2_util.h"
 #include "kquant.h"
@@ -26,12 +25,6 @@ namespace swiftspec {
 namespace {
 
 constexpr int H = 2;  // ymm halves of a tile
-
-inline __m256i bcast4(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
 
 // Half hh of the two u8 operands of global step s (see kquant.h for qh).
 template <int Bits>
@@ -149,21 +142,13 @@ void kpass(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t
   }
 }
 
-// A pass of `rows` rows (1 <= rows <= R) of tile t.
-template <bool V, int R>
-void kpass_rows(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0, int64_t rows) {
-  if constexpr (R > 1) {
-    if (rows < R) return kpass_rows<V, R - 1>(a, w, o, t, r0, rows);
-  }
-  w.bits == 4 ? kpass<V, 4, R>(a, w, o, t, r0) : kpass<V, 6, R>(a, w, o, t, r0);
-}
-
 // Tiles [t0, t1) for all rows, in passes of P rows (the activation layout's pass, kquant.h).
 template <bool V, int P>
 void run_ktiles(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r0 = 0; r0 < o.M; r0 += P) kpass_rows<V, P>(a, w, o, t, r0, std::min<int64_t>(P, o.M - r0));
-  }
+  for_row_passes<P>(o.M, t0, t1, [&](auto rows, int64_t t, int64_t r0) {
+    constexpr int R = decltype(rows)::value;
+    w.bits == 4 ? kpass<V, 4, R>(a, w, o, t, r0) : kpass<V, 6, R>(a, w, o, t, r0);
+  });
 }
 
 }  // namespace

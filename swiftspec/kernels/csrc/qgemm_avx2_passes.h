@@ -34,12 +34,6 @@ namespace {
 constexpr int kFlushSteps = 4;  // int4, V = false: k-steps (of 8 k) a 16-bit accumulator takes
 constexpr int H = 2;            // ymm halves of a 16-channel tile (8 channels each)
 
-inline __m256i bcast4(const void* p) {  // the 4 bytes at p in every 32-bit lane
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 // Writes rows [r0, r0 + R) of tile t from acc (fp32 [R][H][8]) plus bias.
 template <int R>
 void store(const OutSpec& o, int64_t t, int64_t r0, const __m256 (&acc)[R][H]) {
@@ -183,22 +177,14 @@ void pass_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
   store<R>(o, t, r0, acc);
 }
 
-// A pass of R rows of tile t, for R = rows, 1 <= rows <= R.
-template <bool V, int R>
-void pass(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0, int64_t rows) {
-  if constexpr (R > 1) {
-    if (rows < R) return pass<V, R - 1>(a, w, o, t, r0, rows);
-  }
-  w.int4 ? pass_int4<V, R>(a, w, o, t, r0) : pass_int8<V, R>(a, w, o, t, r0);
-}
-
-// Each tile runs its row passes of up to P rows over both halves; a tile (<= 16 x 9K bytes for
-// the largest K) stays in L1/L2 between passes, so it is read from DRAM once.
+// Tiles [t0, t1) in row passes of up to P rows over both halves (a tile, <= 16 x 9K bytes for
+// the largest K, is read from DRAM once: avx2_util.h for_row_passes).
 template <bool V, int P>
 void run_tiles(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r0 = 0; r0 < o.M; r0 += P) pass<V, P>(a, w, o, t, r0, std::min<int64_t>(P, o.M - r0));
-  }
+  for_row_passes<P>(o.M, t0, t1, [&](auto rows, int64_t t, int64_t r0) {
+    constexpr int R = decltype(rows)::value;
+    w.int4 ? pass_int4<V, R>(a, w, o, t, r0) : pass_int8<V, R>(a, w, o, t, r0);
+  });
 }
 
 }  // namespace
