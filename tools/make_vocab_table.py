@@ -31,9 +31,8 @@ import pathlib
 import sysconfig
 import zipfile
 
-from swiftspec.bench.runners import load_tokenizer
 from swiftspec.spec.vocab import TABLE_DIR, fingerprint
-from swiftspec.weights import resolve_source
+from swiftspec.weights import load_tokenizer, resolve_source
 
 SHARES = {"code": 0.35, "style": 0.05, "en": 0.4}
 OTHER_LANGUAGES = ("zh", "es", "fr", "de", "ja", "ru", "pt", "it", "ko", "ar", "hi", "vi", "tr", "pl", "nl", "id")
@@ -110,7 +109,7 @@ def main() -> None:
     parser.add_argument("--corpus", choices=("code", "mixed"), default="mixed")
     parser.add_argument("--wordfreq", help="path of the wordfreq 3.1.1 wheel (mixed)")
     args = parser.parse_args()
-    tok = load_tokenizer(resolve_source(args.model), "bfloat16")
+    tok = load_tokenizer(resolve_source(args.model))
     if args.corpus == "code":
         write_table(tok, "qwen2.5-code", code_counts(tok), "python stdlib", "PSF-2.0 (Python standard library)")
         return

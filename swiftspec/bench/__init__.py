@@ -20,7 +20,7 @@ from swiftspec.bench.harness import ModeSpec, RunResult, check_groups, parse_mod
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
 from swiftspec.bench.roofline import measure_bandwidth
-from swiftspec.bench.runners import Lineup, build_lineup, load_tokenizer, mode_config, resolve_sources
+from swiftspec.bench.runners import Lineup, build_lineup, mode_config, resolve_sources
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
 from swiftspec.errors import UserError
@@ -69,7 +69,9 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     specs, decisions = auto_report.resolve(specs, base, args.draft_weights)
     check_groups(specs)
     sources = resolve_sources(base, specs)
-    lineup = Lineup(tokenizer=load_tokenizer(sources.target, args.dtype))
+    from swiftspec.weights import load_tokenizer
+
+    lineup = Lineup(tokenizer=load_tokenizer(sources.target))
     prompts = load_prompts(args.prompts, args.dataset)
     ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens, args.chat) for p in prompts]
     bandwidths = [measure_bandwidth(args.threads)]  # before any model takes memory

@@ -131,8 +131,7 @@ def add_arguments(parser) -> None:  # noqa: ANN001 - argparse parser
 def measure(source: str, text_file: str, formats: list[str], n_ctx: int, count: int, llama: bool,
             threads: int) -> list[Perplexity]:
     """Perplexity of each format (and of llama.cpp on a GGUF) on the first `count` windows of the text."""
-    from swiftspec.bench.runners import load_tokenizer
-    from swiftspec.weights import resolve_source
+    from swiftspec.weights import load_tokenizer, resolve_source
 
     bad = [f for f in formats if f not in (REFERENCE, *WEIGHT_FORMATS)]
     if bad:
@@ -142,7 +141,7 @@ def measure(source: str, text_file: str, formats: list[str], n_ctx: int, count: 
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read {text_file}: {e}") from None
     path = resolve_source(source)
-    windows = token_windows(load_tokenizer(path, "bfloat16").encode(text), n_ctx, count)
+    windows = token_windows(load_tokenizer(path).encode(text), n_ctx, count)
     rows = []
     for fmt in formats:
         model = load_for(str(path), fmt)

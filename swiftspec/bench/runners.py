@@ -66,14 +66,6 @@ def resolve_sources(base: EngineConfig, specs: list[ModeSpec]) -> Sources:
     return Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
 
 
-def load_tokenizer(path: Path, dtype: str):
-    """Our Tokenizer (swiftspec.tokenizer) of a GGUF (through the weights conversion cache) or HF dir."""
-    from swiftspec.tokenizer import Tokenizer
-    from swiftspec.weights import DTYPES, open_checkpoint
-
-    return Tokenizer.from_dir(open_checkpoint(path, DTYPES[dtype]).path)
-
-
 def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args: argparse.Namespace,
                  sources: Sources) -> None:
     """Load every mode of `specs` once into `lineup` (each keeps its models until lineup.close())."""

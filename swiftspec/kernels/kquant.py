@@ -31,6 +31,7 @@ import torch
 from swiftspec.kernels.quant import TILE_N, PackedWeight, _tiles, quantize_act_ref
 
 SUPER_K = 256
+TYPES = ("Q4_K", "Q6_K")  # the GGUF types held here
 Q4K_BYTES, Q6K_BYTES = 144, 210  # bytes per super-block in the file
 CHUNK_ROWS = 4096  # rows decoded at a time: bounds the temporaries
 
@@ -104,6 +105,32 @@ def widen(dec: Decoded) -> Decoded:
 def decode(raw: np.ndarray, qtype: str, rows: int) -> Decoded:
     """qtype "Q4_K" | "Q6_K"; raw holds `rows` rows of blocks."""
     return decode_q4k(raw, rows) if qtype == "Q4_K" else decode_q6k(raw, rows)
+
+
+def dequantize_blocks(raw: np.ndarray, qtype: str, dtype: torch.dtype) -> torch.Tensor:
+    """raw: rows of Q4_K / Q6_K blocks [rows, K/256 * block bytes] -> the [rows, K] weight in dtype.
+
+    The fp32 values are gguf.quants.dequantize's, bit for bit (the same exact products and one
+    rounding, module docstring), then rounded once to dtype.  Decoded CHUNK_ROWS rows at a time:
+    no fp32 copy of the whole tensor is made."""
+    rows = len(raw)
+    k = raw.shape[1] // (Q4K_BYTES if qtype == "Q4_K" else Q6K_BYTES) * SUPER_K
+    out = torch.empty(rows, k, dtype=dtype)
+    for r0 in range(0, rows, CHUNK_ROWS):
+        dec = decode(raw[r0 : r0 + CHUNK_ROWS], qtype, min(CHUNK_ROWS, rows - r0))
+        out[r0 : r0 + len(dec.q)] = _decoded_weight(dec)
+    return out
+
+
+def _decoded_weight(dec: Decoded) -> torch.Tensor:
+    """Decoded rows -> their fp32 weight [rows, K]: (d * sc) * q + dm * mm per sub-block.  In numpy
+    (one thread, temporaries freed back to the system): torch's threads keep theirs."""
+    rows, k = dec.q.shape
+    sub = k // dec.sc.shape[1]
+    d, dm = (np.repeat(v.astype(np.float32), SUPER_K // sub, axis=1) for v in (dec.d, dec.dm))
+    w = np.multiply(dec.q.reshape(rows, k // sub, sub), (d * dec.sc)[..., None], dtype=np.float32)
+    w += (dm * dec.mm)[..., None]
+    return torch.from_numpy(w.reshape(rows, k))
 
 
 def _pad_rows(a: np.ndarray, rows: int) -> torch.Tensor:

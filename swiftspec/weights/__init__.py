@@ -1,9 +1,10 @@
 """Model loading: a bundled name, a .gguf file, an HF directory or a hub id -> Transformer + Tokenizer.
 
-A GGUF is converted once into the cache (see convert.py) and every load then reads an HF-style
-directory; bundled names are pulled on first use (see bundled.py), hub ids resolve through the
-Hugging Face hub cache (see hub.py).  With `--weights gguf` the linears the file holds as Q4_K /
-Q6_K come from its blocks instead (gguf_native.py).
+With `--weights gguf` a GGUF loads straight from the file: the linears it holds as Q4_K / Q6_K
+as stored (gguf_native.py), every other tensor dequantized from it, and only its tokenizer cached.
+For bf16, int8 and int4 (dense weights) a GGUF is converted once into the cache (see convert.py)
+and every load then reads an HF-style directory.  Bundled names are pulled on first use (see
+bundled.py), hub ids resolve through the Hugging Face hub cache (see hub.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.bundled import BUNDLED, cache_dir, pull
-from swiftspec.weights.convert import ensure_converted
+from swiftspec.weights.convert import ensure_converted, ensure_tokenizer
 from swiftspec.weights.gguf import GGUFCheckpoint
 from swiftspec.weights.gguf_native import pack_native_, plan
 from swiftspec.weights.hub import parse_hub_id, resolve_hub
@@ -46,20 +47,37 @@ def load_model(
     """Load `source` (bundled model name, .gguf path or HF directory) with load's dtype and device."""
     dtype = DTYPES[load.dtype]
     path = resolve_source(source, cache)
+    if load.weights == "gguf":
+        if not (path.is_file() and load.device.startswith("cpu")):
+            raise UserError(f"--weights gguf runs a GGUF file's blocks on the CPU; {source} on {load.device} "
+                            "needs bf16, int8 or int4")
+        return _load_gguf(path, load, parallel, cache)
     ckpt = open_checkpoint(path, dtype, cache)
     tokenizer = Tokenizer.from_dir(ckpt.path)
     model = Transformer(ckpt.args, parallel=parallel, dtype=dtype, device=load.device)
-    if load.weights == "gguf" and not (path.is_file() and load.device.startswith("cpu")):
-        raise UserError(f"--weights gguf runs a GGUF file's blocks on the CPU; {source} on {load.device} "
-                        "needs bf16, int8 or int4")
-    if load.weights == "gguf":
-        gg = GGUFCheckpoint(path)
-        native = plan(gg, parallel.tp_size)
-        model.load_weights(ckpt.tensors(dtype, skip=native.hf_names), supplied=native.hf_names)
-        pack_native_(model, gg, native)
-    else:
-        model.load_weights(ckpt.tensors(dtype))
+    model.load_weights(ckpt.tensors(dtype))
     return LoadedModel(ckpt.args, model.eval(), tokenizer, path)
+
+
+def _load_gguf(path: Path, load: LoadConfig, parallel: ParallelState, cache: Path | None) -> LoadedModel:
+    """`--weights gguf`: no dense copy of the file is made.  The planned linears are packed from
+    its blocks; the rest (embedding, norms, biases, other linears) is dequantized from it, to the
+    values a conversion would hold (the same gguf-py values rounded once to dtype)."""
+    dtype = DTYPES[load.dtype]
+    gg = GGUFCheckpoint(path)  # validated before anything is cached
+    tokenizer = load_tokenizer(path, cache)
+    model = Transformer(gg.args, parallel=parallel, dtype=dtype, device=load.device)
+    native = plan(gg, parallel.tp_size)
+    model.load_weights(gg.tensors(dtype, skip=native.hf_names), supplied=native.hf_names)
+    pack_native_(model, gg, native)
+    return LoadedModel(gg.args, model.eval(), tokenizer, path)
+
+
+def load_tokenizer(path: Path, cache: Path | None = None) -> Tokenizer:
+    """The tokenizer of an HF directory, or of a GGUF file (through its tokenizer-only cache entry)."""
+    if path.is_dir():
+        return Tokenizer.from_dir(path)
+    return Tokenizer.from_dir(ensure_tokenizer(path, cache or cache_dir()))
 
 
 def own_format(source: str, device: str) -> str:
@@ -109,4 +127,5 @@ def _has_gguf_magic(path: Path) -> bool:
         return f.read(4) == _GGUF_MAGIC
 
 
-__all__ = ["DTYPES", "LoadedModel", "is_gguf", "load_model", "open_checkpoint", "own_format", "resolve_source"]
+__all__ = ["DTYPES", "LoadedModel", "is_gguf", "load_model", "load_tokenizer", "open_checkpoint", "own_format",
+           "resolve_source"]

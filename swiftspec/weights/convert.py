@@ -1,8 +1,10 @@
 """Conversion cache: a GGUF is converted once into an HF-style directory, which later loads memory-map.
 
 The directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) lives under
-`<cache>/converted/` and is keyed by the GGUF's size and mtime and by the dtype. It appears by an
-atomic rename, so a crash mid-conversion leaves no half-written entry behind.
+`<cache>/converted/` and is keyed by the GGUF's size and mtime and by the dtype. A GGUF loaded as
+stored (`--weights gguf`) needs only its tokenizer, kept alone under `<cache>/tokenizers/` (a
+few MB; building it from the GGUF's metadata takes several times longer than reading it back).
+Each entry appears by an atomic rename, so a crash mid-conversion leaves no half-written entry behind.
 """
 
 from __future__ import annotations
@@ -31,9 +33,30 @@ _HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 
 def converted_dir(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
     """Where the conversion of this GGUF (at its current size and mtime) to dtype lives."""
-    st = gguf.stat()
-    key = hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{dtype}|v{FORMAT_VERSION}".encode()).hexdigest()[:12]
-    return cache_root / "converted" / f"{gguf.stem}-{DTYPE_NAMES[dtype]}-{key}"
+    return cache_root / "converted" / f"{gguf.stem}-{DTYPE_NAMES[dtype]}-{_key(gguf, str(dtype))}"
+
+
+def tokenizer_dir(gguf: Path, cache_root: Path) -> Path:
+    """Where the tokenizer of this GGUF (at its current size and mtime) lives on its own."""
+    return cache_root / "tokenizers" / f"{gguf.stem}-{_key(gguf, 'tokenizer')}"
+
+
+def ensure_tokenizer(gguf: Path, cache_root: Path) -> Path:
+    """Return the tokenizer-only directory of `gguf` (tokenizer.json, tokenizer_config.json),
+    building it from the GGUF's metadata first if needed."""
+    out = tokenizer_dir(gguf, cache_root)
+    if (out / "tokenizer.json").is_file():
+        return out
+    print(f"[swiftspec] reading the tokenizer of {gguf.name} once, into {out}", file=sys.stderr)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        Tokenizer.from_gguf(gguf).save(tmp)
+        _publish(tmp, out, "tokenizer.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
@@ -55,7 +78,7 @@ def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
             shapes = {s.hf_name: s.shape for s in ckpt.specs}
             write_safetensors(f, shapes, dtype, _with_progress(ckpt.tensors(dtype), len(shapes), gguf.name))
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        _publish(tmp, out)
+        _publish(tmp, out, "config.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -105,9 +128,15 @@ def _with_progress(
             bar.update(1)
 
 
-def _publish(tmp: Path, out: Path) -> None:
+def _key(gguf: Path, kind: str) -> str:
+    st = gguf.stat()
+    return hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{kind}|v{FORMAT_VERSION}".encode()).hexdigest()[:12]
+
+
+def _publish(tmp: Path, out: Path, last_file: str) -> None:
+    """Rename tmp to out; `last_file` marks a complete entry."""
     try:
         tmp.rename(out)
     except OSError:
-        if not (out / "config.json").is_file():  # another process finishing first is fine
+        if not (out / last_file).is_file():  # another process finishing first is fine
             raise

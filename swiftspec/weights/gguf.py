@@ -1,11 +1,14 @@
 """GGUF checkpoints: metadata -> ModelArgs, tensors -> dequantized float tensors under HF names.
 
-Reading and dequantizing go through the `gguf` package (GGUFReader + gguf.quants.dequantize), so
-every quantization it knows (Q4_K, Q5_0, Q6_K, Q8_0, F16, BF16, F32, ...) is supported here.
+Reading and dequantizing go through the `gguf` package (GGUFReader, its header parse sped up in
+gguf_reader.py, and gguf.quants.dequantize), so every quantization it knows (Q4_K, Q5_0, Q6_K, Q8_0,
+F16, BF16, F32, ...) is supported here; Q4_K and Q6_K, the bulk of a K-quant file, are dequantized
+by kernels/kquant.py (the same values, faster).
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 from dataclasses import dataclass
@@ -14,12 +17,14 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from gguf import GGUFReader, ReaderTensor
+from gguf import ReaderTensor
 from gguf.quants import dequantize
 
 from swiftspec.config import ConfigError
 from swiftspec.errors import UserError
+from swiftspec.kernels import kquant
 from swiftspec.model.args import SUPPORTED_ARCHS, ModelArgs, RopeScaling
+from swiftspec.weights.gguf_reader import FastReader
 
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _BLOCK_NAMES = {
@@ -103,15 +108,39 @@ class GGUFCheckpoint:
             return default
         return field.contents()
 
-    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield (hf_name, tensor) in file order, dequantized, un-permuted and cast to dtype."""
+    def tensors(self, dtype: torch.dtype, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (hf_name, tensor) in file order, dequantized, un-permuted and cast to dtype; the
+        names in skip are never read."""
         for spec in self.specs:
-            raw = self._tensors[spec.gguf_name]
+            if spec.hf_name not in skip:
+                yield spec.hf_name, self.tensor(spec, dtype)
+
+    def tensor(self, spec: TensorSpec, dtype: torch.dtype) -> torch.Tensor:
+        """One tensor dequantized to dtype: gguf-py's fp32 values rounded once to dtype (K-quants
+        are decoded here, by row chunks: several times faster, the same bits).  Its pages are
+        released once read."""
+        raw = self._tensors[spec.gguf_name]
+        if raw.tensor_type.name in kquant.TYPES and len(spec.shape) == 2:
+            out = kquant.dequantize_blocks(*self.raw(spec), dtype)
+        else:
             w = dequantize(raw.data, raw.tensor_type).reshape(spec.shape)
             w = np.ascontiguousarray(self._unpermute(spec.gguf_name, w))
             if not w.flags.writeable:  # F32 tensors come back as views of the read-only memmap
                 w = w.copy()
-            yield spec.hf_name, torch.from_numpy(w).to(dtype)
+            out = torch.from_numpy(w).to(dtype)
+        self.release(spec)
+        return out
+
+    def release(self, spec: TensorSpec) -> None:
+        """Drop a tensor's pages from this process's resident set once it has been read (the page
+        cache keeps them; a later read maps them again): otherwise every page of the file read so
+        far stays resident until the file is closed, on top of the weights made from them."""
+        mapping = getattr(self._reader.data, "_mmap", None)  # np.memmap's mmap.mmap
+        if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        t = self._tensors[spec.gguf_name]
+        start = t.data_offset - t.data_offset % mmap.PAGESIZE
+        mapping.madvise(mmap.MADV_DONTNEED, start, t.data_offset + t.n_bytes - start)
 
     def raw(self, spec: TensorSpec) -> tuple[np.ndarray, str]:
         """A tensor's stored bytes as [rows, bytes per row] in HF row order (a view of the memmap
@@ -179,7 +208,7 @@ class GGUFCheckpoint:
         field = self._reader.fields.get("tokenizer.ggml.tokens")
         if field is None:
             raise UserError(f"GGUF file {self.path} lacks metadata key 'tokenizer.ggml.tokens'")
-        return len(field.data)  # one index per element: the list of strings is never built
+        return len(field.contents())
 
     def _rope_scaling(self, head_dim: int, theta: float) -> RopeScaling:
         a = self.arch
@@ -228,26 +257,9 @@ def _hf_shape(t: ReaderTensor) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(t.shape.tolist()))
 
 
-class _Reader(GGUFReader):
-    """GGUFReader whose header parse slices a plain ndarray view of its memmap, not the memmap.
-
-    GGUFReader reads every metadata element (151,936 vocabulary strings and as many merges in a
-    Qwen2.5 file) through a slice of its np.memmap, and each memmap slice pays for the subclass's
-    bookkeeping (__array_finalize__), which dominated opening a file.  The plain view shares the
-    mapping (tensor data stay zero-copy and read-only) and parses the same fields, several times
-    faster (docs/bench/code-figures.md)."""
-
-    def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> np.ndarray:
-        if "_plain" not in self.__dict__:
-            self._plain = self.data.view(np.ndarray)
-        dt, count = np.dtype(dtype), int(count)
-        arr = self._plain[offset : offset + dt.itemsize * count].view(dt)[:count]
-        return arr.view(arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order))
-
-
-def _open_reader(path: Path) -> GGUFReader:
+def _open_reader(path: Path) -> FastReader:
     try:
-        reader = _Reader(path)
+        reader = FastReader(path)
     except _READ_ERRORS as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"corrupt or truncated GGUF file {path}: {reason}") from None

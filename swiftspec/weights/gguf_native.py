@@ -1,10 +1,11 @@
 """`--weights gguf`: a GGUF's Q4_K / Q6_K linear weights packed as stored (kernels/kquant.py).
 
 The packed weights come straight from the file's blocks (a memmap), row chunk by row chunk: those
-linears are never dequantized, and their bf16 parameters are left untouched (never resident)
-until the packed weight replaces them.  A fused linear (qkv, gate_up) is native when all its
-parts are K-quants; linears of other types (and every linear of a tensor-parallel shard) stay
-dense here and get the int8 repack (kernels.prepare_model_).
+linears are never dequantized, their bf16 parameters are left untouched (never resident) until
+the packed weight replaces them, and the blocks' pages leave the resident set once packed.  A
+fused linear (qkv, gate_up) is native when all its parts are K-quants; linears of other types (and
+every linear of a tensor-parallel shard) stay dense here and get the int8 repack
+(kernels.prepare_model_).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from swiftspec.kernels.quant import TILE_N
 from swiftspec.model.transformer import _route
 from swiftspec.weights.gguf import GGUFCheckpoint, TensorSpec
 
-NATIVE_TYPES = ("Q4_K", "Q6_K")
 _SHARD_ORDER = {None: 0, "q": 0, "k": 1, "v": 2, 0: 0, 1: 1}  # fused parts in row order
 
 
@@ -48,7 +48,7 @@ def plan(ckpt: GGUFCheckpoint, tp_size: int = 1) -> NativePlan:
     native = {}
     for module, parts in groups.items():
         specs = [s for _, s in sorted(parts, key=lambda p: p[0])]
-        if all(ckpt.raw(s)[1] in NATIVE_TYPES for s in specs) and all(s.shape[0] % TILE_N == 0 for s in specs[:-1]):
+        if all(ckpt.raw(s)[1] in kquant.TYPES for s in specs) and all(s.shape[0] % TILE_N == 0 for s in specs[:-1]):
             native[module] = specs
     return NativePlan(native)
 
@@ -60,7 +60,10 @@ def pack_native_(model: nn.Module, ckpt: GGUFCheckpoint, native: NativePlan) -> 
     release the GIL in the bulk of the work); each packing is a pure function of its blocks."""
 
     def packed(specs: list[TensorSpec]):
-        return kquant.from_gguf([kquant.RawPart(*ckpt.raw(s)) for s in specs], specs[0].shape[1])
+        qw = kquant.from_gguf([kquant.RawPart(*ckpt.raw(s)) for s in specs], specs[0].shape[1])
+        for s in specs:
+            ckpt.release(s)
+        return qw
 
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         for module_name, qw in zip(native.groups, pool.map(packed, native.groups.values())):

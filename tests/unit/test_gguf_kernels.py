@@ -1,6 +1,7 @@
 """GGUF K-quant weights run as stored (kernels/kquant.py, csrc/kquant_*.cpp).
 
-- Packing is lossless: dequantize(packed) equals gguf.quants.dequantize of the blocks, bit for bit.
+- Packing is lossless: dequantize(packed) equals gguf.quants.dequantize of the blocks, bit for bit;
+  so does dequantize_blocks (the blocks straight to a dense tensor), rounded once to its dtype.
 - The kernel equals quant_linear_a8_ref (the file's weights x the kernel's int8 activations per
   256 k) within fp32 rounding: |y - ref| <= 1e-5 * (|xd| @ |W|^T) (+ one bf16 ulp for bf16 out).
 - A row's result is the same bits at every M (row invariance), at every ISA level.
@@ -44,6 +45,15 @@ def test_packing_is_lossless(case):
     qw = kquant.from_gguf(parts, k)
     assert qw.fmt == ("q6k" if any(p.qtype == "Q6_K" for p in parts) else "q4k")
     assert torch.equal(dequantize(qw), file_weights(parts, k))
+
+
+@pytest.mark.parametrize("qtype,rows,k", [("Q4_K", 37, 512), ("Q6_K", 21, 768)])
+def test_dequantize_blocks_is_gguf_pys(qtype, rows, k, monkeypatch):
+    monkeypatch.setattr(kquant, "CHUNK_ROWS", 16)  # several chunks, the last one short
+    part = kquant.RawPart(random_blocks(rows, k, qtype, seed=rows), qtype)
+    want = file_weights([part], k)
+    assert torch.equal(kquant.dequantize_blocks(part.raw, qtype, torch.float32), want)
+    assert torch.equal(kquant.dequantize_blocks(part.raw, qtype, torch.bfloat16), want.bfloat16())
 
 
 def test_bytes_per_weight():

@@ -1,9 +1,11 @@
 """`--weights gguf` loading (weights/gguf_native.py): the file's Q4_K / Q6_K linears are packed
 from its blocks, fused in the model's row order (llama Q/K rows un-permuted), and their dequantized
-values are the file's, bit for bit; a forward runs through the K-quant kernels."""
+values are the file's, bit for bit; a forward runs through the K-quant kernels.  Such a load reads
+the file alone (no converted copy is written) and gives the tensors the converted path gives."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ from swiftspec.config import LoadConfig
 from swiftspec.kernels.quant import PackedWeight, dequantize
 from swiftspec.exec.load import load_target
 from swiftspec.testing import make_tiny_checkpoint, write_gguf
+from swiftspec.weights import load_model
+from swiftspec.weights.convert import tokenizer_dir
 from swiftspec.weights.gguf import GGUFCheckpoint
 
 pytest.importorskip("gguf")
@@ -42,3 +46,29 @@ def test_gguf_linears_are_the_files_blocks(arch: str, tmp_path: Path, tmp_cache:
     pos = torch.arange(5)
     hidden = model(torch.arange(5), pos, model.new_cache(8), pos, torch.ones(5, 5, dtype=torch.bool).tril())
     assert np.isfinite(model.logits(hidden).float().numpy()).all()
+
+
+@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_K"), ("llama", "Q4_K"), ("llama", "Q8_0")])
+def test_gguf_load_reads_the_file_alone(arch: str, qtype: str, tmp_path: Path) -> None:
+    hf = make_tiny_checkpoint(tmp_path / "hf", arch=arch, hidden_size=256, num_layers=1, num_heads=4,
+                              num_kv_heads=2, intermediate_size=512)
+    path = write_gguf(hf, tmp_path / "m.gguf", qtype)
+    load = LoadConfig(dtype="bfloat16", weights="gguf")
+    cache = tmp_path / "cache"
+    got = load_model(str(path), load, cache=cache)
+    assert sorted(p.name for p in cache.iterdir()) == ["tokenizers"]  # no converted copy
+    assert [p.name for p in (cache / "tokenizers").iterdir()] == [tokenizer_dir(path, cache).name]
+    dense = load_model(str(path), dataclasses.replace(load, weights="bf16"), cache=tmp_path / "conv")
+    assert (tmp_path / "conv" / "converted").is_dir() and got.args == dense.args
+    packed = 0
+    for name, want in dense.model.named_parameters():  # every tensor, as the conversion holds it
+        module, _, attr = name.rpartition(".")
+        have = getattr(got.model.get_submodule(module), attr)
+        if isinstance(have, PackedWeight):
+            packed += 1
+            have = dequantize(have).to(want.dtype)  # the file's fp32 values, rounded as converting does
+        assert have.dtype == want.dtype and torch.equal(have, want), name
+    linears = 4 if arch == "qwen2" else 5  # qkv, o, gate_up, down (+ the head where it is not tied)
+    assert packed == (linears if qtype == "Q4_K" else 0)
+    text = "def add(a, b):\n    return a + b  # ünï"
+    assert got.tokenizer.encode(text) == dense.tokenizer.encode(text)

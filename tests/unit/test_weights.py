@@ -1,4 +1,4 @@
-"""Weight loading: GGUF names/permutation/metadata, HF dirs, the conversion cache and load_model."""
+"""Weight loading: GGUF names/metadata/header reader, HF dirs, the conversion and tokenizer caches, load_model."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize as gguf_dequantize
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from swiftspec.config import LoadConfig
 from swiftspec.model.args import RopeScaling
 from swiftspec.exec.runner import causal_mask
-from swiftspec.testing import write_gguf
-from swiftspec.weights import load_model, open_checkpoint
+from swiftspec.testing import make_tiny_checkpoint, write_gguf
+from swiftspec.weights import load_model, load_tokenizer, open_checkpoint
 from swiftspec.weights import convert
 from swiftspec.weights.gguf import (
     GGUFCheckpoint,
@@ -27,6 +29,7 @@ from swiftspec.weights.gguf import (
     llama_permute,
     llama_unpermute,
 )
+from swiftspec.weights.gguf_reader import FastReader, PackedArray
 from swiftspec.weights.safetensors import open_hf_dir, write_safetensors
 
 DIRS = {"qwen2": "tiny_qwen_dir", "llama": "tiny_llama_dir"}
@@ -76,6 +79,21 @@ def test_gguf_matches_safetensors(arch: str, qtype: str, tol: float, request, tm
     assert got.keys() == want.keys()
     for name, w in want.items():
         assert (got[name] - w).abs().max() <= tol * w.abs().max(), name
+
+
+def test_fast_reader_reads_what_gguf_py_reads(tiny_qwen_dir: Path, tmp_path: Path) -> None:
+    path = write_gguf(tiny_qwen_dir, tmp_path / "m.gguf", "Q8_0")
+    ours, ref = FastReader(path), GGUFReader(path)
+    assert list(ours.fields) == list(ref.fields)
+    for key, field in ref.fields.items():
+        assert ours.fields[key].types == field.types and ours.fields[key].contents() == field.contents(), key
+    arrays = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+    assert all(isinstance(ours.fields[key], PackedArray) for key in arrays)
+    for key in arrays:
+        for index in (0, 7, -1, slice(3, 9)):
+            assert ours.fields[key].contents(index) == ref.fields[key].contents(index), (key, index)
+    tensors = [(t.name, t.tensor_type, t.data_offset, t.data.tobytes()) for t in ref.tensors]
+    assert [(t.name, t.tensor_type, t.data_offset, t.data.tobytes()) for t in ours.tensors] == tensors
 
 
 def test_gguf_args_read_metadata(tiny_llama_dir: Path, tmp_path: Path) -> None:
@@ -133,6 +151,43 @@ def test_conversion_cache_hit_and_invalidation(tiny_llama_dir: Path, tmp_path: P
     ckpt = open_checkpoint(gguf, torch.bfloat16, cache)
     assert ckpt.args == open_hf_dir(tiny_llama_dir).args
     assert next(ckpt.tensors(torch.bfloat16))[1].dtype == torch.bfloat16
+
+
+def test_tokenizer_cache_hit_and_invalidation(tiny_qwen_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    gguf = write_gguf(tiny_qwen_dir, tmp_path / "m.gguf")
+    cache = tmp_path / "cache"
+    out = convert.ensure_tokenizer(gguf, cache)
+    assert out == convert.tokenizer_dir(gguf, cache) and (out / "tokenizer.json").is_file()
+    assert [p.name for p in cache.iterdir()] == ["tokenizers"] and [p.name for p in out.parent.iterdir()] == [out.name]
+    with monkeypatch.context() as m:  # a hit must not convert the tokenizer again
+        m.setattr(convert.Tokenizer, "from_gguf", None)
+        assert convert.ensure_tokenizer(gguf, cache) == out
+        tok = load_tokenizer(gguf, cache)
+    text = "def add(a, b):\n    return a + b"
+    assert tok.encode(text) == load_tokenizer(tiny_qwen_dir).encode(text)
+    os.utime(gguf, ns=(0, 10**9))
+    assert convert.tokenizer_dir(gguf, cache) != out
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gguf_tensors_are_gguf_pys_values(arch: str, dtype: torch.dtype, tmp_path: Path) -> None:
+    """K-quants dequantized by kquant equal gguf-py's values (llama Q/K rows un-permuted) cast to dtype;
+    reading a tensor again after its pages were released gives it again."""
+    hf = make_tiny_checkpoint(tmp_path / "hf", arch=arch, hidden_size=256, num_layers=1, intermediate_size=512)
+    ckpt = GGUFCheckpoint(write_gguf(hf, tmp_path / "m.gguf", "Q4_K"))
+    got = dict(ckpt.tensors(dtype, skip=frozenset({"model.norm.weight"})))
+    assert set(got) == {s.hf_name for s in ckpt.specs} - {"model.norm.weight"}
+    n_heads = {".q_proj.": ckpt.args.num_heads, ".k_proj.": ckpt.args.num_kv_heads}
+    for spec in ckpt.specs:
+        if spec.hf_name == "model.norm.weight":
+            continue
+        raw = ckpt._tensors[spec.gguf_name]
+        w = gguf_dequantize(raw.data, raw.tensor_type).reshape(spec.shape)
+        heads = [n for part, n in n_heads.items() if part in spec.hf_name and arch == "llama"]
+        want = torch.from_numpy(np.array(llama_unpermute(w, heads[0]) if heads else w)).to(dtype)
+        assert torch.equal(got[spec.hf_name], want), spec.hf_name
+    assert all(torch.equal(t, got[name]) for name, t in ckpt.tensors(dtype, skip=frozenset({"model.norm.weight"})))
 
 
 def _logits(model, ids: torch.Tensor) -> torch.Tensor:
