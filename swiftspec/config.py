@@ -28,7 +28,7 @@ class TreeConfig:
     budget: int = 1024  # most nodes a tree may hold (a small budget starves the async tree's depth)
     chain_length: int = 4  # k: draft tokens per round in chain mode
     adaptive: bool = True  # serial tree: skip leaves not worth a draft forward (ends rounds early)
-    adaptive_verify: bool = True  # serial tree with adaptive rounds: verify only nodes worth their rows (else all bs)
+    adaptive_verify: bool = True  # tree (adaptive rounds) and async: verify only nodes worth their rows (else all bs)
     lookup: bool = True  # add prompt-lookup (n-gram) candidates to the tree as branches
     lookup_tokens: int = 8  # most tokens of one lookup candidate
     lookup_branches: int = 3  # most distinct continuations grafted per lookup

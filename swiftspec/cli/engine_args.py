@@ -19,7 +19,7 @@ _TREE_HELP = {
     "budget": "most nodes a draft tree may hold",
     "chain_length": "draft tokens per round in chain mode",
     "adaptive": "serial tree: expand only leaves whose draft probability repays a forward (else always d)",
-    "adaptive_verify": "serial tree with --adaptive: verify only the subtree nodes that repay their rows "
+    "adaptive_verify": "tree (with --adaptive) and async: verify only the subtree nodes that repay their rows "
                        "(else always bs)",
     "lookup": "add prompt-lookup (n-gram) candidates from the prompt and output to the tree",
     "lookup_tokens": "most tokens of one prompt-lookup candidate",
@@ -35,7 +35,7 @@ FLAG_MODES: dict[str, tuple[str, ...]] = {
     "draft_model": SPECULATIVE, "draft_weights": SPECULATIVE, "draft_vocab": SPECULATIVE,
     "chain_length": ("chain",), "budget": SPECULATIVE,
     "width": ("tree", "async"), "verify_size": ("tree", "async"), "depth": ("tree", "async"),
-    "topk": ("tree", "async"), "adaptive": ("tree",), "adaptive_verify": ("tree",),
+    "topk": ("tree", "async"), "adaptive": ("tree",), "adaptive_verify": ("tree", "async"),
     "target_tp": ("async",), "draft_tp": ("async",), "draft_cores": ("async",),
     "lookup": ("tree", "async"), "lookup_tokens": ("tree", "async"), "lookup_branches": ("tree", "async"),
     "lookup_ngram": ("tree", "async"),

@@ -81,7 +81,8 @@ class AsyncEngine:
         try:
             self._launch()
             self.tokenizer = self.target.tokenizer
-            self.profile = StartupProfile(depth=config.tree.depth) if config.tree.depth else self._choose_depth()
+            profile = StartupProfile(depth=config.tree.depth) if config.tree.depth else self._choose_depth()
+            self.profile = dataclasses.replace(profile, verify_s=self._profile_verify())
             self.limits = self._profile_limits()
         except BaseException:
             self.close()
@@ -227,7 +228,8 @@ class AsyncEngine:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
         with pinned(self.prefill_cores) if self.on_cpu else contextlib.nullcontext(), timeline.span("prefill"):
             first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
-        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params))
+        costs = torch.tensor(() if params.reproducible else self.profile.verify_s, dtype=torch.float64)  # [bs] or [0]
+        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params, verify_costs=costs))
         return first
 
     def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline,
@@ -287,6 +289,17 @@ class AsyncEngine:
         t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / expands
         depth = choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d).tokens_per_s, "async")
         return StartupProfile(depth=depth, t_target_s=t_target, t_draft_s=t_draft)
+
+    def _profile_verify(self) -> tuple[float, ...]:
+        """Seconds to verify 1..bs nodes, which the draft weighs against each node's chance
+        (TreeConfig.adaptive_verify; spec/costs.py).  Only a lone target leader can time its
+        forwards alone (tensor-parallel followers mirror every forward): otherwise (), all bs."""
+        if not self.config.tree.adaptive_verify or self.layout.target_tp > 1:
+            return ()
+        with pinned(self.cores) if self.on_cpu else contextlib.nullcontext():
+            best = self.verifier.verify_times(self.tokenizer.encode(WARMUP_PROMPT), self.verify_size)
+        log.info("async: verifying 1..%d nodes takes %s ms", len(best), " ".join(f"{1e3 * s:.1f}" for s in best))
+        return tuple(best)
 
     def _profile_limits(self) -> Limits:
         """Hang limits from a warm-up at the chosen d (the second of two: the first pays one-time

@@ -31,6 +31,7 @@ from swiftspec.runtime.protocol import (
 )
 from swiftspec.runtime.supervisor import LOAD_S
 from swiftspec.spec import TreeVerifier
+from swiftspec.spec.costs import RoundCosts, RoundTimes
 from swiftspec.runtime.trace import Timeline
 from swiftspec.tree import mask_from_parents
 
@@ -76,21 +77,35 @@ class GroupIO:
 
 def draft_loop(drafter: TreeDrafter, io: GroupIO, settings: DraftSettings) -> None:
     """Draft group: for each request, keep growing the tree while the target verifies."""
+    costs = RoundCosts()  # the verification-size rule's running costs, kept across requests
     while True:
         msg = io.recv()
         if isinstance(msg, Shutdown):
             return
         if isinstance(msg, Start):
-            _draft_request(drafter, io, msg, settings)
+            costs.verify_s = msg.verify_costs.tolist()
+            _draft_request(drafter, io, msg, settings, costs)
 
 
-def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: DraftSettings) -> None:
+@dataclass(frozen=True, slots=True)
+class SentTree:
+    """A tree on its way to the target: when its selection began, its size, and the tokens its
+    nodes' path probabilities promised (for RoundCosts.trust)."""
+
+    at: float
+    nodes: int
+    promised: float
+
+
+def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: DraftSettings,
+                   costs: RoundCosts) -> None:
     """Paper Algorithm 1, draft side: d expansions, rendezvous, re-root + compact, top-up, send.
 
     Re-rooting also grafts the prompt-lookup continuations at the new root, so a tree that the
     draft could not grow in time (the walk left it) still goes deep; the top-up expands only the
-    root.  A seeded sampled request drafts all d expansions every round: the tree's shape decides
-    which random draws verification makes, so it must not depend on when the verified tokens arrive."""
+    root.  A seeded sampled request drafts all d expansions every round and sends bs nodes (its
+    Start carries no verify costs): the tree's shape decides which random draws verification
+    makes, so it must not depend on when the verified tokens arrive."""
     timeline, bs = Timeline(), settings.verify_size
     stop = None if start.params.reproducible else io.ready
     cores = settings.prefill_cores
@@ -99,7 +114,7 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
             drafter.start(start.prompt.tolist(), start.first_token, start.params)
         with timeline.span("expand"):
             drafter.expand()  # the first tree: the root's children
-    _send_tree(drafter, io, bs, timeline)
+    sent = _send_tree(drafter, io, bs, timeline, costs)
     while True:
         if settings.jitter_s:
             time.sleep(random.uniform(0.0, settings.jitter_s))
@@ -114,15 +129,27 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
         if drafter.size < bs or not drafter.tree.expanded[0]:
             with timeline.span("topup"):
                 drafter.expand(width=1)
-        _send_tree(drafter, io, bs, timeline)
+        if costs.verify_s:  # the round just verified, as seen from here
+            costs.update(RoundTimes(draft_s=0.0, expansions=0, nodes=sent.nodes, verify_s=costs.verify_s[sent.nodes - 1],
+                                    round_s=time.perf_counter() - sent.at, tokens=msg.tokens.numel(),
+                                    promised=sent.promised))
+        sent = _send_tree(drafter, io, bs, timeline, costs)
     io.send(Profile(seconds=timeline.busy_seconds(), events=timeline.as_tensor()))
 
 
-def _send_tree(drafter: TreeDrafter, io: GroupIO, bs: int, timeline: Timeline) -> None:
+def _send_tree(drafter: TreeDrafter, io: GroupIO, bs: int, timeline: Timeline, costs: RoundCosts) -> SentTree:
+    """Send the best bs-node subtree; with the target's verify costs, only the nodes that repay
+    their rows (tree.best_size, the round's other time and the draft's trust measured here)."""
+    at = time.perf_counter()
     with timeline.span("select"):
-        sub = drafter.subtree(bs)
+        if costs.verify_s:
+            sub = drafter.subtree(bs, costs.verify_costs(), costs.other_s, costs.trust())
+            promised = float(drafter.tree.weights[sub.nodes].exp().sum()) - 1  # the root's 1 is no draft
+        else:
+            sub, promised = drafter.subtree(bs), 0.0
     with timeline.span("send_tree"):
         io.send(DraftTree(tokens=sub.tokens, parents=sub.parents, depths=sub.depths))
+    return SentTree(at, sub.tokens.numel(), promised)
 
 
 def target_follower_loop(verifier: TreeVerifier, io: GroupIO) -> None:

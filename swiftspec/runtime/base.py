@@ -57,7 +57,7 @@ class StartupProfile:
     depth: int  # d: draft expansions per round (the given --depth, or the profiled one)
     t_target_s: float = 0.0  # one target forward over a subtree; 0 when not measured
     t_draft_s: float = 0.0  # one draft expansion; 0 when not measured
-    verify_s: tuple[float, ...] = ()  # serial tree, adaptive verification: seconds to verify 1..bs nodes
+    verify_s: tuple[float, ...] = ()  # adaptive verification (tree, async): seconds to verify 1..bs nodes
 
 
 @dataclass(slots=True)

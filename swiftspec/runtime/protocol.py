@@ -40,6 +40,9 @@ class Start:
     first_token: int
     depth: int  # d: draft expansions per round
     params: SamplingParams
+    # [bs] float64: the target's seconds to verify 1..bs nodes, for the verification-size rule
+    # (spec/costs.py); empty: always send bs nodes (no cost rule, e.g. a seeded sampled request)
+    verify_costs: torch.Tensor = torch.zeros(0, dtype=torch.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +90,10 @@ def encode(msg: Message) -> list[torch.Tensor]:
     head = torch.zeros(HEADER, dtype=torch.long)
     if isinstance(msg, Start):
         p = msg.params
-        head[:6] = torch.tensor([Kind.START, msg.prompt.numel(), msg.first_token, msg.depth,
-                                 int(p.seed is not None), p.seed or 0])
+        head[:7] = torch.tensor([Kind.START, msg.prompt.numel(), msg.first_token, msg.depth,
+                                 int(p.seed is not None), p.seed or 0, msg.verify_costs.numel()])
         floats = torch.tensor([p.temperature, p.top_p, float(p.top_k), p.min_p], dtype=torch.float64)
-        return [head, floats, msg.prompt.long().cpu()]
+        return [head, floats, msg.prompt.long().cpu(), msg.verify_costs.double().cpu()]
     if isinstance(msg, DraftTree):
         head[:2] = torch.tensor([Kind.TREE, msg.tokens.numel()])
         return [head, torch.stack([msg.tokens, msg.parents, msg.depths]).long().cpu()]
@@ -108,7 +111,7 @@ def payload_shapes(head: torch.Tensor) -> list[tuple[tuple[int, ...], torch.dtyp
     """Shapes and dtypes of the tensors that follow a header."""
     kind, n = Kind(int(head[0])), int(head[1])
     if kind == Kind.START:
-        return [((4,), torch.float64), ((n,), torch.long)]
+        return [((4,), torch.float64), ((n,), torch.long), ((int(head[6]),), torch.float64)]
     if kind == Kind.TREE:
         return [((3, n), torch.long)]
     if kind == Kind.VERIFIED:
@@ -124,7 +127,8 @@ def decode(head: torch.Tensor, payload: list[torch.Tensor]) -> Message:
         f = payload[0].tolist()
         seed = int(head[5]) if int(head[4]) else None
         params = SamplingParams(temperature=f[0], top_p=f[1], top_k=int(f[2]), min_p=f[3], seed=seed)
-        return Start(prompt=payload[1], first_token=int(head[2]), depth=int(head[3]), params=params)
+        return Start(prompt=payload[1], first_token=int(head[2]), depth=int(head[3]), params=params,
+                     verify_costs=payload[2])
     if kind == Kind.TREE:
         tokens, parents, depths = payload[0]
         return DraftTree(tokens=tokens, parents=parents, depths=depths)

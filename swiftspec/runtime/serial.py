@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -23,24 +23,9 @@ from swiftspec.runtime.base import (
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 from swiftspec.spec import TreeDrafter, TreeVerifier
+from swiftspec.spec.costs import RoundCosts, RoundTimes
 
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
-VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
-COST_SMOOTHING = 0.2  # weight of the latest round in the running cost averages
-MIN_TRUST = 0.05  # the least RoundCosts.trust() says, so that the rules never divide by zero
-
-
-@dataclass(frozen=True, slots=True)
-class RoundTimes:
-    """What one serial round measured."""
-
-    draft_s: float  # drafting and subtree selection
-    expansions: int  # draft forwards
-    nodes: int  # nodes verified
-    verify_s: float  # the target forward and verification over them
-    round_s: float  # the whole round
-    tokens: int  # tokens emitted
-    promised: float = 0.0  # accepted tokens the verified nodes' path probabilities promised (their sum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,62 +38,6 @@ class RoundStamps:
     verify: float  # verification (and the KV commit) begins
     reroot: float  # the draft re-roots
     end: float
-
-
-def _smooth(old: float, new: float) -> float:
-    return new if not old else (1 - COST_SMOOTHING) * old + COST_SMOOTHING * new
-
-
-@dataclass(slots=True)
-class RoundCosts:
-    """Running averages of the serial round's costs, for adaptive rounds (TreeConfig.adaptive).
-
-    Drafting: expanding a leaf whose draft path probability is P adds at most P expected tokens
-    and costs an expansion; the round's tokens cost token_s each.  So below P = expand_s / token_s
-    a leaf slows decoding down and is skipped: a round ends early where the draft is unsure, and
-    goes up to d deep where it is sure (a chain cannot do either).
-    Verification: verify_s[n - 1] is the time to verify n nodes; the subtree keeps the nodes that
-    repay their rows (tree.best_size), with other_s the round's time outside drafting and
-    verification.
-    Both rules read path probabilities as acceptance chances.  Where fewer tokens are accepted
-    than they promise (chat, for a code draft), trust() < 1 scales them down, so the rounds get
-    narrower and shallower and verify fewer rows; it never scales them up, so a workload where
-    the draft keeps its promises (code) is drafted as before."""
-
-    expand_s: float = 0.0
-    token_s: float = 0.0
-    other_s: float = 0.0
-    verify_s: list[float] = field(default_factory=list)  # [bs]; empty until profiled
-    accepted: float = 0.0  # draft tokens accepted per round
-    promised: float = 0.0  # ... and what the verified nodes' path probabilities promised
-
-    def update(self, r: RoundTimes) -> None:
-        if r.expansions:
-            self.expand_s = _smooth(self.expand_s, r.draft_s / r.expansions)
-        self.token_s = _smooth(self.token_s, r.round_s / max(1, r.tokens))
-        self.other_s = _smooth(self.other_s, max(0.0, r.round_s - r.draft_s - r.verify_s))
-        if 0 < r.nodes <= len(self.verify_s):
-            self.verify_s[r.nodes - 1] = _smooth(self.verify_s[r.nodes - 1], r.verify_s)
-        if r.nodes > 1:
-            self.accepted = _smooth(self.accepted, r.tokens - 1)
-            self.promised = _smooth(self.promised, r.promised)
-
-    def trust(self) -> float:
-        """Accepted over promised tokens, at most 1 (1 until measured)."""
-        if not self.promised:
-            return 1.0
-        return min(1.0, max(MIN_TRUST, self.accepted / self.promised))
-
-    def min_weight(self) -> float:
-        """log of the break-even path probability (-inf until both costs are known)."""
-        if not self.expand_s or not self.token_s:
-            return -math.inf
-        return math.log(min(1.0, self.expand_s / (self.token_s * self.trust())))
-
-    def verify_costs(self) -> torch.Tensor | None:
-        """verify_s as a [bs] tensor made non-decreasing (more rows never cost less; a noisy
-        measurement must not make a larger subtree look cheaper), None until profiled."""
-        return torch.tensor(self.verify_s).cummax(0).values if self.verify_s else None
 
 
 class SerialEngine:
@@ -170,30 +99,10 @@ class SerialEngine:
         return req.stats
 
     def _profile_verify(self) -> list[float]:
-        """Seconds to verify n = 1..bs nodes (target forward and greedy verification of a chain
-        after the warm-up prompt): the best of VERIFY_PROFILE_RUNS passes over the sizes, after
-        one untimed bs-node verification pays the one-time costs.  Logged."""
-        prompt = self.tokenizer.encode(WARMUP_PROMPT)
-        self.target.prefill(prompt)
-        bs = self.cfg.verify_size
-        self._time_verify(prompt, bs)
-        passes = [[self._time_verify(prompt, n) for n in range(1, bs + 1)] for _ in range(VERIFY_PROFILE_RUNS)]
-        best = [min(times) for times in zip(*passes)]
-        log.warning("tree: verifying 1..%d nodes takes %s ms", bs, " ".join(f"{1e3 * s:.1f}" for s in best))
+        """Seconds to verify 1..bs nodes after the warm-up prompt (logged)."""
+        best = self.target.verify_times(self.tokenizer.encode(WARMUP_PROMPT), self.cfg.verify_size)
+        log.warning("tree: verifying 1..%d nodes takes %s ms", len(best), " ".join(f"{1e3 * s:.1f}" for s in best))
         return best
-
-    def _time_verify(self, prompt: list[int], n: int) -> float:
-        """Seconds to verify a chain of n prompt tokens after the prefilled prefix, then drop it."""
-        kv, device = self.target.runner.kv, self.target.runner.device
-        tokens = torch.tensor((prompt * n)[:n], device=device)  # [n]
-        chain = torch.arange(n, device=device)  # [n]: depths, and parents + 1
-        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # [n, n]
-        t = time.perf_counter()
-        logits = self.target.forward_tree(tokens, chain, mask)
-        self.target.verify(tokens, chain - 1, logits, SamplingParams(), None).tokens.tolist()  # waits
-        elapsed = time.perf_counter() - t
-        kv.reset(kv.prefix_len)  # drop the nodes
-        return elapsed
 
     def generate(
         self,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.sampling import SamplingParams
 from swiftspec.verify import Acceptance, verify_greedy, verify_stochastic
+
+
+VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
 
 
 class TreeVerifier:
@@ -48,3 +53,24 @@ class TreeVerifier:
         empty = accepted[:0]
         self.runner.kv.commit(accepted, empty, empty)
 
+    def verify_times(self, prompt: list[int], size: int) -> list[float]:
+        """Seconds to verify n = 1..size nodes (the target forward and greedy verification of a
+        chain after `prompt`, prefilled here): the best of VERIFY_PROFILE_RUNS passes over the
+        sizes, after one untimed size-node verification pays the one-time costs."""
+        self.prefill(prompt)
+        self._time_verify(prompt, size)
+        passes = [[self._time_verify(prompt, n) for n in range(1, size + 1)] for _ in range(VERIFY_PROFILE_RUNS)]
+        return [min(times) for times in zip(*passes)]
+
+    def _time_verify(self, prompt: list[int], n: int) -> float:
+        """Seconds to verify a chain of n prompt tokens after the prefilled prefix, then drop it."""
+        kv, device = self.runner.kv, self.runner.device
+        tokens = torch.tensor((prompt * n)[:n], device=device)  # [n]
+        chain = torch.arange(n, device=device)  # [n]: depths, and parents + 1
+        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # [n, n]
+        t = time.perf_counter()
+        logits = self.forward_tree(tokens, chain, mask)
+        self.verify(tokens, chain - 1, logits, SamplingParams(), None).tokens.tolist()  # waits
+        elapsed = time.perf_counter() - t
+        kv.reset(kv.prefix_len)  # drop the nodes
+        return elapsed

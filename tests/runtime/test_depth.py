@@ -12,7 +12,8 @@ import torch
 from swiftspec.config import TreeConfig
 from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
-from swiftspec.runtime.serial import MIN_TRUST, RoundCosts, RoundTimes, SerialEngine
+from swiftspec.runtime.serial import SerialEngine
+from swiftspec.spec.costs import MIN_TRUST, RoundCosts, RoundTimes
 from swiftspec.tree import best_size
 
 

@@ -11,6 +11,8 @@ def test_messages_round_trip() -> None:
     params = SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.05, seed=42)
     sent = [
         Start(prompt=torch.tensor([5, 6, 7]), first_token=9, depth=3, params=params),
+        Start(prompt=torch.tensor([5]), first_token=9, depth=3, params=SamplingParams(),
+              verify_costs=torch.tensor([0.01, 0.012, 0.02], dtype=torch.float64)),
         Start(prompt=torch.tensor([1]), first_token=2, depth=1, params=SamplingParams()),
         DraftTree(tokens=torch.tensor([9, 4, 8]), parents=torch.tensor([-1, 0, 1]), depths=torch.tensor([0, 1, 2])),
         Verified(tokens=torch.tensor([4, 8, 1]), nodes=torch.tensor([0, 1, 2]), stop=True),

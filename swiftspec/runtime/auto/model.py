@@ -217,7 +217,8 @@ def bus_slowdown(profile: PairProfile, draft: DraftProfile, target_s: float, dra
 def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, max_depth: int,
                   cal: Calibration, own_devices: bool = False) -> Prediction:
     """The draft grows the tree while the target verifies the last one: a round is the target's
-    forward on its group's cores, slowed by the shared bus, plus the rendezvous.  own_devices:
+    forward on its group's cores (over the nodes that pay, with adaptive verification), slowed by
+    the shared bus, plus the rendezvous.  own_devices:
     as if each group had its own cores and memory (each model's faster measurement, no sharing)."""
     bs, w = tree.verify_size, tree.width
     if own_devices:
@@ -227,7 +228,10 @@ def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, m
     slow = 1.0 if own_devices else bus_slowdown(profile, draft, target.at(bs), drafter.at(w))
     verify_s, expand_s = slow * target.at(bs), slow * drafter.at(w)
     depth = tree.depth or min(max_depth, max(1, int(verify_s / expand_s)) + 1)
-    rounds = [cal.async_accept * a for a in simulate(draft.texts, lambda text, i: tree_round(text, i, bs, depth))]
-    tps, tpr = _rate(rounds, [verify_s + cal.async_s] * len(rounds))
+    accepted = simulate(draft.texts, lambda text, i: tree_round(text, i, bs, depth))
+    rounds = [cal.async_accept * a for a in accepted]
+    # with adaptive verification the target verifies about the nodes that pay, as in predict_tree
+    rows = [min(bs, a + 2) if tree.adaptive_verify else bs for a in accepted]
+    tps, tpr = _rate(rounds, [slow * target.at(n) + cal.async_s for n in rows])
     return Prediction(mode="async", draft_weights=draft.weights, tokens_per_s=tps, tokens_per_round=tpr,
                       slowdown=verify_s / profile.target_alone.at(bs), bus=slow)

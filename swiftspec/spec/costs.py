@@ -1,0 +1,89 @@
+"""Running costs of speculative rounds, for the rules that shape them (serial tree and async).
+
+RoundCosts keeps smoothed averages of what rounds measured; its rules read the draft's path
+probabilities as acceptance chances (scaled by trust where the draft promises more than it keeps)
+and weigh them against the seconds a draft forward or a verified row costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+COST_SMOOTHING = 0.2  # weight of the latest round in the running cost averages
+MIN_TRUST = 0.05  # the least RoundCosts.trust() says, so that the rules never divide by zero
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTimes:
+    """What one round measured (async: seen from the draft leader, drafting off the critical path)."""
+
+    draft_s: float  # drafting and subtree selection
+    expansions: int  # draft forwards
+    nodes: int  # nodes verified
+    verify_s: float  # the target forward and verification over them
+    round_s: float  # the whole round
+    tokens: int  # tokens emitted
+    promised: float = 0.0  # accepted tokens the verified nodes' path probabilities promised (their sum)
+
+
+def _smooth(old: float, new: float) -> float:
+    return new if not old else (1 - COST_SMOOTHING) * old + COST_SMOOTHING * new
+
+
+@dataclass(slots=True)
+class RoundCosts:
+    """Running averages of a round's costs: the serial tree's adaptive rounds (TreeConfig.adaptive)
+    and the verification size of serial and async trees (TreeConfig.adaptive_verify).
+
+    Drafting: expanding a leaf whose draft path probability is P adds at most P expected tokens
+    and costs an expansion; the round's tokens cost token_s each.  So below P = expand_s / token_s
+    a leaf slows decoding down and is skipped: a round ends early where the draft is unsure, and
+    goes up to d deep where it is sure (a chain cannot do either).
+    Verification: verify_s[n - 1] is the time to verify n nodes; the subtree keeps the nodes that
+    repay their rows (tree.best_size), with other_s the round's time outside drafting and
+    verification.
+    Both rules read path probabilities as acceptance chances.  Where fewer tokens are accepted
+    than they promise (chat, for a code draft), trust() < 1 scales them down, so the rounds get
+    narrower and shallower and verify fewer rows; it never scales them up, so a workload where
+    the draft keeps its promises (code) is drafted as before.
+    Async: the draft leader sees a round as the time between two trees it sends (the target's
+    forward and verification, the link, the re-root and selection); verify_s comes from the
+    target's start-up profile, and the rest of the round is other_s (drafting overlaps it)."""
+
+    expand_s: float = 0.0
+    token_s: float = 0.0
+    other_s: float = 0.0
+    verify_s: list[float] = field(default_factory=list)  # [bs]; empty until profiled
+    accepted: float = 0.0  # draft tokens accepted per round
+    promised: float = 0.0  # ... and what the verified nodes' path probabilities promised
+
+    def update(self, r: RoundTimes) -> None:
+        if r.expansions:
+            self.expand_s = _smooth(self.expand_s, r.draft_s / r.expansions)
+        self.token_s = _smooth(self.token_s, r.round_s / max(1, r.tokens))
+        self.other_s = _smooth(self.other_s, max(0.0, r.round_s - r.draft_s - r.verify_s))
+        if 0 < r.nodes <= len(self.verify_s):
+            self.verify_s[r.nodes - 1] = _smooth(self.verify_s[r.nodes - 1], r.verify_s)
+        if r.nodes > 1:
+            self.accepted = _smooth(self.accepted, r.tokens - 1)
+            self.promised = _smooth(self.promised, r.promised)
+
+    def trust(self) -> float:
+        """Accepted over promised tokens, at most 1 (1 until measured)."""
+        if not self.promised:
+            return 1.0
+        return min(1.0, max(MIN_TRUST, self.accepted / self.promised))
+
+    def min_weight(self) -> float:
+        """log of the break-even path probability (-inf until both costs are known)."""
+        if not self.expand_s or not self.token_s:
+            return -math.inf
+        return math.log(min(1.0, self.expand_s / (self.token_s * self.trust())))
+
+    def verify_costs(self) -> torch.Tensor | None:
+        """verify_s as a [bs] tensor made non-decreasing (more rows never cost less; a noisy
+        measurement must not make a larger subtree look cheaper), None until profiled."""
+        return torch.tensor(self.verify_s).cummax(0).values if self.verify_s else None
