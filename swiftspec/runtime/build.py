@@ -19,10 +19,12 @@ def chain_config(tree: TreeConfig) -> TreeConfig:
                                adaptive=False, lookup=False)
 
 
-def build_engine(config: EngineConfig) -> Engine:
+def build_engine(config: EngineConfig, target=None) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
     runtime.auto chooses (it says which, and why, in one line on stderr).  With config.trace set,
-    every request's timeline goes to that file."""
+    every request's timeline goes to that file.  target: the target already loaded as
+    config.target_load asks (exec.load.load_target, tensor-parallel size 1), which engines may
+    share (each keeps its own KV cache); None loads it."""
     config = resolve_draft_weights(config)
     if config.mode == AUTO:
         from swiftspec.runtime.auto.choose import decide
@@ -30,7 +32,7 @@ def build_engine(config: EngineConfig) -> Engine:
         decision = decide(config)
         print(decision.line(), file=sys.stderr, flush=True)
         config = decision.config
-    engine = _build(config)
+    engine = _build(config, target)
     if config.trace:
         from swiftspec.runtime.trace import TraceFile
 
@@ -38,19 +40,21 @@ def build_engine(config: EngineConfig) -> Engine:
     return engine
 
 
-def _build(config: EngineConfig) -> Engine:
+def _build(config: EngineConfig, target) -> Engine:
     from swiftspec.weights import load_model
 
     _check_placement(config)
+    if target is not None and config.target_tp > 1:
+        raise ConfigError("a target loaded by the caller is not sharded: it cannot serve --target-tp > 1")
     if config.mode == "async" and config.remote is not None:
         from swiftspec.runtime.remote import RemoteEngine
 
-        return RemoteEngine(config)
+        return RemoteEngine(config, target)
     if config.mode == "async":
         from swiftspec.runtime.async_engine import AsyncEngine
 
-        return AsyncEngine(config)
-    target = load_target(config.target, config.target_load)
+        return AsyncEngine(config, target=target)
+    target = target or load_target(config.target, config.target_load)
     max_seq_len = config.target_load.max_seq_len
     if config.mode == "ar":
         from swiftspec.runtime.autoregressive import AutoregressiveEngine

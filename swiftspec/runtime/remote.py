@@ -43,13 +43,14 @@ def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: sw
 class RemoteEngine:
     """Target host: async with a linked draft host, else ar (degraded) until one joins."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, target=None) -> None:
+        """target: the target model, when the caller has loaded it already."""
         from swiftspec.exec.load import load_target
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         self.config, self.remote = config, config.remote
         secret = read_secret(self.remote.secret_file)
-        self.target = load_target(config.target, config.target_load)
+        self.target = target or load_target(config.target, config.target_load)
         self.tokenizer = self.target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
         self.ar = AutoregressiveEngine(self.target, self.max_seq_len)

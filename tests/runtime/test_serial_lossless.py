@@ -11,7 +11,8 @@ from swiftspec.config import TreeConfig
 from swiftspec.spec import LookupDrafter, TreeDrafter
 from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
-from swiftspec.runtime.serial import RoundCosts, RoundTimes, SerialEngine
+from swiftspec.runtime.serial import SerialEngine
+from swiftspec.spec.costs import RoundCosts, RoundTimes
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights import load_model
 

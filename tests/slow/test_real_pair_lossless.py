@@ -19,6 +19,7 @@ import torch
 
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
+from swiftspec.exec.load import load_target
 from swiftspec.kernels import cpu_ext
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
@@ -50,6 +51,17 @@ def assert_same_or_tie(ar, ids: list[int], want: list[int], got: list[int], labe
 WEIGHTS = ("bf16", "int4", "gguf")
 
 
+@dataclasses.dataclass
+class Reference:
+    """One weight format at one ISA level: the loaded target, its ar engine, and ar's greedy
+    continuation of each prompt (cases: (prompt ids, tokens))."""
+
+    ar: object
+    target: object
+    cases: list[tuple[list[int], list[int]]]
+    load: LoadConfig
+
+
 @pytest.fixture(scope="module", params=[(w, lv) for lv in LEVELS for w in WEIGHTS],
                 ids=[f"{w}-{cpu_ext.LEVEL_NAMES[lv]}" for lv in LEVELS for w in WEIGHTS])
 def prompts_and_ar(real_pair, request):
@@ -60,21 +72,23 @@ def prompts_and_ar(real_pair, request):
             mp.setitem(cpu_ext._state, "level", level)
             mp.setitem(cpu_ext._state, "paths", cpu_ext.kernel_paths(level))
         load = dataclasses.replace(BF16, weights=weights)
-        ar = build_engine(EngineConfig(mode="ar", target=str(real_pair.target), target_load=load))
+        target = load_target(str(real_pair.target), load)  # loaded once: every engine below shares it
+        ar = build_engine(EngineConfig(mode="ar", target=str(real_pair.target), target_load=load), target)
         tok = ar.tokenizer
         cases = [(ids, greedy(ar, ids)) for ids in (tok.encode(p.text) for p in load_prompts(3))]
-        yield ar, cases, load
+        yield Reference(ar, target, cases, load)
         ar.close()
 
 
 @pytest.mark.parametrize("mode", ["chain", "tree", "async"])
 def test_greedy_equals_ar(real_pair, prompts_and_ar, mode) -> None:
-    ar, cases, load = prompts_and_ar
+    ref = prompts_and_ar
     engine = build_engine(EngineConfig(mode=mode, target=str(real_pair.target), draft=str(real_pair.draft),
-                                       target_load=load, draft_load=load, tree=TreeConfig(depth=3)))
+                                       target_load=ref.load, draft_load=ref.load, tree=TreeConfig(depth=3)),
+                          ref.target)
     try:
-        for n, (ids, want) in enumerate(cases):
-            assert_same_or_tie(ar, ids, want, greedy(engine, ids), f"{mode} prompt {n}")
+        for n, (ids, want) in enumerate(ref.cases):
+            assert_same_or_tie(ref.ar, ids, want, greedy(engine, ids), f"{mode} prompt {n}")
         assert engine.stats.acceptance_length > 1.5
     finally:
         engine.close()
