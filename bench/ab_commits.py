@@ -5,7 +5,7 @@ driver loads the same mode in both, then sends every prompt to A and B in turn, 
 both alike, and compares decode tok/s (prefill excluded) and the greedy tokens.
 
 Run: .venv/bin/python bench/ab_commits.py A_DIR B_DIR --modes ar,tree,ar@int4,tree@int4 \\
-         [--prompts 5] [--max-tokens 128] [--threads 2]
+         [--prompts 5] [--max-tokens 128] [--threads 2] [--dataset chat --chat]
 """
 
 from __future__ import annotations
@@ -80,13 +80,16 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dataset", default=None, help="as bench --dataset (default: HumanEval)")
+    ap.add_argument("--chat", action="store_true", help="send each prompt through the chat template")
     args = ap.parse_args()
     from swiftspec.bench.prompts import load_prompts
     from swiftspec.bench.runners import load_tokenizer
     from swiftspec.weights import resolve_source
 
     tok = load_tokenizer(resolve_source("qwen2.5-coder-1.5b-instruct"), "bfloat16")
-    prompts = [tok.encode(p.text) for p in load_prompts(args.prompts)]
+    texts = [p.text for p in load_prompts(args.prompts, args.dataset)]
+    prompts = [tok.chat([{"role": "user", "content": t}]) if args.chat else tok.encode(t) for t in texts]
     sides = {name: Worker(Path(d).resolve(), args.threads, Path(f"/tmp/ab-cache-{name}"))
              for name, d in (("A", args.a), ("B", args.b))}
     print(f"A = {args.a}\nB = {args.b}\n\n| mode | A tok/s | B tok/s | B / A | A accept | B accept | same tokens |")
