@@ -84,10 +84,9 @@ def main() -> None:
     ap.add_argument("--chat", action="store_true", help="send each prompt through the chat template")
     args = ap.parse_args()
     from swiftspec.bench.prompts import load_prompts
-    from swiftspec.bench.runners import load_tokenizer
-    from swiftspec.weights import resolve_source
+    from swiftspec.weights import load_tokenizer, resolve_source
 
-    tok = load_tokenizer(resolve_source("qwen2.5-coder-1.5b-instruct"), "bfloat16")
+    tok = load_tokenizer(resolve_source("qwen2.5-coder-1.5b-instruct"))
     texts = [p.text for p in load_prompts(args.prompts, args.dataset)]
     prompts = [tok.chat([{"role": "user", "content": t}]) if args.chat else tok.encode(t) for t in texts]
     sides = {name: Worker(Path(d).resolve(), args.threads, Path(f"/tmp/ab-cache-{name}"))
