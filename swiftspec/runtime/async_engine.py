@@ -81,8 +81,10 @@ class AsyncEngine:
         try:
             self._launch()
             self.tokenizer = self.target.tokenizer
-            profile = StartupProfile(depth=config.tree.depth) if config.tree.depth else self._choose_depth()
-            self.profile = dataclasses.replace(profile, verify_s=self._profile_verify())
+            self.profile = StartupProfile(depth=config.tree.depth)  # no verify costs while profiling
+            if not config.tree.depth:
+                self.profile = self._choose_depth()
+            self.profile = dataclasses.replace(self.profile, verify_s=self._profile_verify())
             self.limits = self._profile_limits()
         except BaseException:
             self.close()

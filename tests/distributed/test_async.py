@@ -44,11 +44,13 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
 
 
 def test_async_abandoned_stream_leaves_engine_usable(tiny_qwen_dir, tiny_draft_dir) -> None:
-    """A consumer that stops reading mid-request (a client disconnect) must not wedge the groups."""
+    """A consumer that stops reading mid-request (a client disconnect) must not wedge the groups.
+    d is chosen at start-up here (depth 0), and the verify costs are profiled after it."""
     engine = build_engine(EngineConfig(mode="async", target=str(tiny_qwen_dir), draft=str(tiny_draft_dir),
-                                       target_load=FP32, draft_load=FP32, tree=TreeConfig(depth=2)))
+                                       target_load=FP32, draft_load=FP32, tree=TreeConfig()))
     ar = build_engine(EngineConfig(mode="ar", target=str(tiny_qwen_dir), target_load=FP32))
     try:
+        assert engine.depth >= 1 and len(engine.profile.verify_s) == TreeConfig().verify_size
         stream = engine.generate([4, 5, 6], SamplingParams(), 64)
         next(stream)
         next(stream)
