@@ -51,7 +51,30 @@ struct KWeight {
   int bits;  // 4: sub-blocks of 32 k; 6: sub-blocks of 16 k
 };
 
-inline int ksub(int bits) { return bits == 4 ? 32 : 16; }
+constexpr int ksub(int bits) { return bits == 4 ? 32 : 16; }
+
+// Tile t of a packed weight of K columns: each stream advanced to the tile, and the counts per row
+// of super-blocks (nsb: xs) and sub-blocks (nsub: xsum) that index the activations.
+template <int Bits>
+struct KTile {
+  static constexpr int kSubs = kSuperK / ksub(Bits);  // sub-blocks per super-block
+  int64_t nsb, nsub;
+  const uint8_t* q;   // [K/8, 16, 4]
+  const uint8_t* qh;  // [K/16, 16, 4]; null for 4-bit weights
+  const int8_t* sc;   // [K/(2 sub), 16, 2]
+  const int8_t* mm;
+  const uint16_t* d;  // [K/256, 16]
+  const uint16_t* dm;
+  KTile(const KWeight& w, int64_t K, int64_t t)
+      : nsb(K / kSuperK),
+        nsub(nsb * kSubs),
+        q(w.q + t * K * 8),
+        qh(Bits == 6 ? w.qh + t * K * 4 : nullptr),
+        sc(w.sc + t * nsub * kTileN),
+        mm(w.mm + t * nsub * kTileN),
+        d(w.d + t * nsb * kTileN),
+        dm(w.dm + t * nsb * kTileN) {}
+};
 
 // Quantizes one row x [K] (bf16 or fp32; rounding in the header comment: scale = amax / 127,
 // q = round_half_even(x * (127 / amax)), two IEEE fp32 operations, the same bits on each path)

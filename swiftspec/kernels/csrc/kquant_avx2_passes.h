@@ -46,12 +46,11 @@ inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m25
 // 16-bit sums are widened by vpmaddwd against (sc, sc) pairs, which applies the scale in the same
 // step; V = true: vpdpbusd sums the sub-block in int32, then vpmulld applies sc.
 template <bool V, int Bits, int R>
-inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const int8_t* sc, int64_t sub,
-                      int64_t r0, __m256i (&isum)[R][H]) {
+inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t r0, __m256i (&isum)[R][H]) {
   constexpr int kSubSteps = Bits == 4 ? 4 : 2;
   __m256i sc16[H], p16[R][H];  // V: p16 holds int32 sums
   for (int hh = 0; hh < H; ++hh) {  // the pair (sub & ~1, sub | 1) -> this sub-block's sc, twice
-    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(sc + (sub & ~1) * kTileN + 16 * hh)));
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(k.sc + (sub & ~1) * kTileN + 16 * hh)));
     sc16[hh] = sub % 2 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(v, 0xF5), 0xF5)
                        : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(v, 0xA0), 0xA0);
   }
@@ -60,9 +59,9 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
   for (int s = 0; s < kSubSteps; ++s) {
     const int64_t gs = sub * kSubSteps + s;
     __m256i lo[H], hi[H];
-    for (int hh = 0; hh < H; ++hh) unpack<Bits>(qt, ht, gs, hh, lo[hh], hi[hh]);
-    _mm_prefetch(reinterpret_cast<const char*>(qt + gs * 64 + 2048), _MM_HINT_T0);  // as on AVX-512
-    if (Bits == 6 && gs % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(ht + gs * 32 + 2048), _MM_HINT_T0);
+    for (int hh = 0; hh < H; ++hh) unpack<Bits>(k.q, k.qh, gs, hh, lo[hh], hi[hh]);
+    _mm_prefetch(reinterpret_cast<const char*>(k.q + gs * 64 + 2048), _MM_HINT_T0);  // as on AVX-512
+    if (Bits == 6 && gs % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(k.qh + gs * 32 + 2048), _MM_HINT_T0);
     const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
     for (int r = 0; r < R; ++r) {
       const __m256i x0 = bcast4(x + 4 * r), x1 = bcast4(x + 4 * (R + r));
@@ -88,28 +87,28 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
 }
 
 // Adds xs * fma(isum, d, msum * dm) of super-block b to acc (rows [r0, r0 + R), both halves).
-template <int Subs, int R>
-inline void finish_block(const KAct& a, const KWeight& w, const int8_t* mmt, int64_t t, int64_t b, int64_t r0,
-                         const __m256i (&isum)[R][H], float (&acc)[R][kTileN]) {
-  const int64_t nsb = a.K / kSuperK, nsub = nsb * Subs;
+template <int Bits, int R>
+inline void finish_block(const KAct& a, const KTile<Bits>& k, int64_t b, int64_t r0, const __m256i (&isum)[R][H],
+                         float (&acc)[R][kTileN]) {
+  constexpr int Subs = KTile<Bits>::kSubs;
   for (int hh = 0; hh < H; ++hh) {
-    const int64_t i = (t * nsb + b) * kTileN + 8 * hh;
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.d + i)));
-    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w.dm + i)));
+    const int64_t i = b * kTileN + 8 * hh;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(k.d + i)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(k.dm + i)));
     __m256i msum[R];
     for (int r = 0; r < R; ++r) msum[r] = _mm256_setzero_si256();
     for (int j = 0; j < Subs; j += 2) {  // each mm pair vector widened once for all rows
-      const int8_t* m = mmt + (b * Subs + j) * kTileN + 16 * hh;
+      const int8_t* m = k.mm + (b * Subs + j) * kTileN + 16 * hh;
       const __m256i mm = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)m));
       for (int r = 0; r < R; ++r) {
-        const int16_t* xsum = a.xsum + (r0 + r) * nsub + b * Subs + j;
+        const int16_t* xsum = a.xsum + (r0 + r) * k.nsub + b * Subs + j;
         msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(mm, bcast4(xsum)));
       }
     }
     for (int r = 0; r < R; ++r) {
       const __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(msum[r]), dm);
       const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][hh]), d, mins);
-      const __m256 xs = _mm256_set1_ps(a.xs[(r0 + r) * nsb + b]);
+      const __m256 xs = _mm256_set1_ps(a.xs[(r0 + r) * k.nsb + b]);
       _mm256_store_ps(acc[r] + 8 * hh, _mm256_fmadd_ps(y, xs, _mm256_load_ps(acc[r] + 8 * hh)));
     }
   }
@@ -118,19 +117,15 @@ inline void finish_block(const KAct& a, const KWeight& w, const int8_t* mmt, int
 // Rows [r0, r0 + R) of tile t; the fp32 accumulators live in memory (touched once per super-block).
 template <bool V, int Bits, int R>
 void kpass(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0) {
-  constexpr int kSubs = Bits == 4 ? 8 : 16;
-  const int64_t K = a.K, nsb = K / kSuperK, nsub = nsb * kSubs;
-  const uint8_t* qt = w.q + t * K * 8;
-  const uint8_t* ht = Bits == 6 ? w.qh + t * K * 4 : nullptr;
-  const int8_t* sct = w.sc + t * nsub * kTileN;
-  const int8_t* mmt = w.mm + t * nsub * kTileN;
+  const KTile<Bits> k(w, a.K, t);
+  constexpr int kSubs = KTile<Bits>::kSubs;
   alignas(32) float acc[R][kTileN] = {};
-  for (int64_t b = 0; b < nsb; ++b) {
+  for (int64_t b = 0; b < k.nsb; ++b) {
     __m256i isum[R][H];
     for (int r = 0; r < R; ++r)
       for (int hh = 0; hh < H; ++hh) isum[r][hh] = _mm256_setzero_si256();
-    for (int j = 0; j < kSubs; ++j) sub_block<V, Bits, R>(a, qt, ht, sct, b * kSubs + j, r0, isum);
-    finish_block<kSubs, R>(a, w, mmt, t, b, r0, isum, acc);
+    for (int j = 0; j < kSubs; ++j) sub_block<V, Bits, R>(a, k, b * kSubs + j, r0, isum);
+    finish_block<Bits, R>(a, k, b, r0, isum, acc);
   }
   for (int hh = 0; hh < H; ++hh) {
     const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);

@@ -55,16 +55,15 @@ constexpr bool kSplit = R <= 4;
 
 // isum[r] += sc * sum_{k in sub-block} q xq for rows [r0, r0 + R).
 template <int Bits, int R>
-inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const int8_t* sct, int64_t sub,
-                      int64_t r0, __m512i (&isum)[R]) {
+inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t r0, __m512i (&isum)[R]) {
   constexpr int kSubSteps = Bits == 4 ? 4 : 2;  // 8-k steps per sub-block
   __m512i p[R], p2[R];
   for (int r = 0; r < R; ++r) p[r] = p2[r] = _mm512_setzero_si512();
   for (int s = 0; s < kSubSteps; ++s) {
     const int64_t gs = sub * kSubSteps + s;
     __m512i lo, hi;
-    unpack<Bits>(qt, ht, gs, lo, hi);
-    prefetch<Bits>(qt, ht, gs);
+    unpack<Bits>(k.q, k.qh, gs, lo, hi);
+    prefetch<Bits>(k.q, k.qh, gs);
     const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
     for (int r = 0; r < R; ++r) {
       __m512i& acc2 = kSplit<R> ? p2[r] : p[r];
@@ -73,7 +72,7 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
     }
   }
   // The pair (sub & ~1, sub | 1) as int16 lanes; this sub-block's scale sign-extended to int32.
-  const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(sct + (sub & ~1) * kTileN)));
+  const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(k.sc + (sub & ~1) * kTileN)));
   const __m512i sc = sub % 2 ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
   for (int r = 0; r < R; ++r) {
     if constexpr (kSplit<R>) p[r] = _mm512_add_epi32(p[r], p2[r]);
@@ -85,30 +84,25 @@ inline void sub_block(const KAct& a, const uint8_t* qt, const uint8_t* ht, const
 // super-block), leaving the registers to the integer sums.
 template <int Bits, int R>
 void ktile(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0) {
-  constexpr int kSubs = Bits == 4 ? 8 : 16;  // sub-blocks per super-block
-  const int64_t K = a.K, nsb = K / kSuperK, nsub = nsb * kSubs;
-  const uint8_t* qt = w.q + t * K * 8;
-  const uint8_t* ht = Bits == 6 ? w.qh + t * K * 4 : nullptr;
-  const int8_t* sct = w.sc + t * nsub * kTileN;
-  const int8_t* mmt = w.mm + t * nsub * kTileN;
+  const KTile<Bits> k(w, a.K, t);
+  constexpr int kSubs = KTile<Bits>::kSubs;
   alignas(64) float acc[R][kTileN] = {};
-  for (int64_t b = 0; b < nsb; ++b) {
+  for (int64_t b = 0; b < k.nsb; ++b) {
     __m512i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
-    for (int j = 0; j < kSubs; ++j) sub_block<Bits, R>(a, qt, ht, sct, b * kSubs + j, r0, isum);
+    for (int j = 0; j < kSubs; ++j) sub_block<Bits, R>(a, k, b * kSubs + j, r0, isum);
     __m512i mm[kSubs / 2];
     for (int j = 0; j < kSubs / 2; ++j) {
-      mm[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(mmt + (b * kSubs + 2 * j) * kTileN)));
+      mm[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(k.mm + (b * kSubs + 2 * j) * kTileN)));
     }
-    const int64_t i = (t * nsb + b) * kTileN;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w.d + i)));
-    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w.dm + i)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(k.d + b * kTileN)));
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(k.dm + b * kTileN)));
     for (int r = 0; r < R; ++r) {
-      const int16_t* xsum = a.xsum + (r0 + r) * nsub + b * kSubs;
+      const int16_t* xsum = a.xsum + (r0 + r) * k.nsub + b * kSubs;
       __m512i msum = _mm512_setzero_si512();
       for (int j = 0; j < kSubs / 2; ++j) msum = _mm512_dpwssd_epi32(msum, mm[j], bcast4(xsum + 2 * j));
       const __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), d, _mm512_mul_ps(_mm512_cvtepi32_ps(msum), dm));
-      const __m512 xs = _mm512_set1_ps(a.xs[(r0 + r) * nsb + b]);
+      const __m512 xs = _mm512_set1_ps(a.xs[(r0 + r) * k.nsb + b]);
       _mm512_store_ps(acc[r], _mm512_fmadd_ps(y, xs, _mm512_load_ps(acc[r])));
     }
   }
