@@ -8,6 +8,27 @@
 namespace swiftspec {
 namespace {
 
+// What each kernel path (quant_linear_path) runs: its pass size (the activation layout, kquant.h),
+// row quantizer and tiles.
+struct KPath {
+  int64_t path;
+  int64_t pass;
+  void (*quantize_row)(const KRowIn&, int8_t*, int64_t, float*, int16_t*);
+  void (*tiles)(const KAct&, const KWeight&, const OutSpec&, int64_t, int64_t);
+};
+constexpr KPath kPaths[] = {
+    {kAvx512Vnni, kPassAvx512, kquantize_row_avx512, ktiles_avx512},
+    {kAvx2Vnni, kPassAvxVnni, kquantize_row_avx2, ktiles_avxvnni},
+    {kAvx2, kPassAvx2, kquantize_row_avx2, ktiles_avx2},
+};
+
+const KPath& kpath(int64_t path) {
+  for (const KPath& p : kPaths) {
+    if (p.path == path) return p;
+  }
+  TORCH_CHECK(false, "kquant_linear: no kernel for path ", path);
+}
+
 struct KScratch {
   std::vector<int8_t> xq;
   std::vector<float> xs;
@@ -15,9 +36,8 @@ struct KScratch {
 };
 
 // Rows [0, M) of x quantized by the path's row quantizer into the pass layout of kquant.h.
-KAct quantize(const at::Tensor& x, int64_t K, int sub, int64_t path, KScratch& s) {
-  const bool avx512 = path == kAvx512Vnni;
-  const int64_t M = x.size(0), pass = avx512 ? kPassAvx512 : path == kAvx2Vnni ? kPassAvxVnni : kPassAvx2;
+KAct quantize(const at::Tensor& x, int64_t K, int sub, const KPath& path, KScratch& s) {
+  const int64_t M = x.size(0), pass = path.pass;
   int8_t* xq = sized(s.xq, M * K);
   float* xs = sized(s.xs, M * (K / kSuperK));
   int16_t* xsum = sized(s.xsum, M * (K / sub));
@@ -29,8 +49,7 @@ KAct quantize(const at::Tensor& x, int64_t K, int sub, int64_t path, KScratch& s
       const int64_t p0 = r / pass * pass, R = std::min(pass, M - p0);
       const KRowIn in{base + r * ld, bf16, K, sub};
       int8_t* dst = xq + p0 * K + (r - p0) * 4;
-      auto fn = avx512 ? kquantize_row_avx512 : kquantize_row_avx2;
-      fn(in, dst, R, xs + r * (K / kSuperK), xsum + r * (K / sub));
+      path.quantize_row(in, dst, R, xs + r * (K / kSuperK), xsum + r * (K / sub));
     }
   });
   return KAct{xq, xs, xsum, K};
@@ -66,7 +85,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   if (x.size(0) == 0) return out;
   thread_local KScratch cached;
   KScratch fresh;
-  const int64_t path = quant_linear_path(level);
+  const KPath& path = kpath(quant_linear_path(level));
   const KAct act = quantize(x, K, sub, path, x.size(0) <= kMaxSmallRows ? cached : fresh);
   at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
@@ -78,8 +97,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
                   reinterpret_cast<const uint16_t*>(dm.data_ptr()), static_cast<int>(bits)};
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
                   x.scalar_type() == at::kBFloat16};
-  auto run = path == kAvx512Vnni ? ktiles_avx512 : path == kAvx2Vnni ? ktiles_avxvnni : ktiles_avx2;
-  parallel_chunks(T, T * K * x.size(0), [&](int64_t t0, int64_t t1) { run(act, w, o, t0, t1); });
+  parallel_chunks(T, T * K * x.size(0), [&](int64_t t0, int64_t t1) { path.tiles(act, w, o, t0, t1); });
   return out;
 }
 
