@@ -7,17 +7,12 @@ Global ranks [0, T) form the target group (rank 0 leads it and decides the token
 from __future__ import annotations
 
 import datetime
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
-import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 from swiftspec.errors import link_errors
-from swiftspec.parallel.numa import plan_groups, read_nodes
 from swiftspec.parallel.state import ParallelState
 
 _JOINED = "swiftspec/joined"  # meeting-point key: workers that have joined
@@ -125,45 +120,3 @@ def all_ready() -> None:
     """Every rank of the world waits here until all have arrived (after loading their models)."""
     with link_errors():
         dist.barrier()
-
-
-def plan_cores(layout: Layout, rank: int, draft_cores: int) -> list[int]:
-    """This rank's share of the CPU cores: the draft group gets draft_cores (default half), the
-    target group the rest, each split evenly among the group's ranks. With several NUMA nodes each
-    group takes the cores of its own node instead (parallel/numa.py)."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) == 1:
-        return cores
-    numa = plan_groups(read_nodes(), draft_cores)  # several nodes: each group on its own node's cores
-    if numa is not None:
-        pool = numa.draft_cores if layout.role(rank) == "draft" else numa.target_cores
-        return _share(pool, layout, rank)
-    n_draft = min(max(1, draft_cores or len(cores) // 2), len(cores) - 1)
-    pool = cores[len(cores) - n_draft :] if layout.role(rank) == "draft" else cores[: len(cores) - n_draft]
-    return _share(pool, layout, rank)
-
-
-def _share(pool: list[int], layout: Layout, rank: int) -> list[int]:
-    """This rank's even share of its group's cores."""
-    ranks = layout.target_tp if layout.role(rank) == "target" else layout.draft_tp
-    share = max(1, len(pool) // ranks)
-    start = ((rank - layout.leader(rank)) * share) % len(pool)
-    return pool[start : start + share]
-
-
-def pin(cores: list[int]) -> None:
-    """Run the calling thread on `cores`, with torch's thread pool sized to match."""
-    os.sched_setaffinity(0, cores)
-    torch.set_num_threads(len(cores))
-
-
-@contextmanager
-def pinned(cores: list[int]) -> Iterator[None]:
-    """pin() for the duration of a block, then restore (the front end shares its process)."""
-    old_cores, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
-    pin(cores)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old_cores)
-        torch.set_num_threads(old_threads)

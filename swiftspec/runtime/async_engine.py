@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -29,9 +28,8 @@ from swiftspec.parallel.groups import (
     joined,
     leave_groups,
     meeting_point,
-    pinned,
-    plan_cores,
 )
+from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
 from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, StartupProfile, choose_depth
@@ -56,7 +54,15 @@ class Flow:
 
 
 class AsyncEngine:
-    """Target leader: receives subtrees, verifies them, sends back the verified tokens."""
+    """Target leader: receives subtrees, verifies them, sends back the verified tokens.
+
+    Cores (CPU).  This process is also the front end's, so the engine leaves its caller's thread as
+    it is.  The rounds, which overlap the draft group's drafting on its own cores, run on a lane
+    pinned to the target's share (parallel/cores.py), made once here.  The prefill comes while the
+    draft group waits: a lone target rank runs it on the calling thread as that thread is set (all
+    cores by default), as the serial engines run; a tensor-parallel one on the lane, in step with
+    its followers.
+    """
 
     def __init__(self, config: EngineConfig, joined: Joined | None = None, target=None) -> None:
         """joined: a draft host already linked through parallel/rendezvous.py (no workers to spawn);
@@ -72,10 +78,10 @@ class AsyncEngine:
         self._torchrun = joined.store if joined else torchrun_init(config, self.layout)  # ranks > 0 never return
         self.pool = None if self._torchrun else WorkerPool(worker_entry, self.layout.world_size)
         self.watchdog = Watchdog(self.pool, self.layout.role)
-        self.on_cpu = not config.target_load.device.startswith("cuda")
-        self.cores = (joined and joined.cores) or plan_cores(self.layout, 0, config.draft_cores)  # pinned in generate()
-        # The draft idles while the target prefills: a lone target leader may use every core then.
-        self.prefill_cores = sorted(os.sched_getaffinity(0)) if self.layout.target_tp == 1 else self.cores
+        on_cpu = not config.target_load.device.startswith("cuda")
+        cores = (joined and joined.cores) or plan_cores(self.layout, 0, config.draft_cores)
+        self.lane = Lane(cores if on_cpu else None, "target")
+        self.prefill_lane = self.lane if self.layout.target_tp > 1 else Lane()
         self.target, self.verifier = target, None
         self._closed = False
         try:
@@ -174,8 +180,7 @@ class AsyncEngine:
         if fault is not None:
             raise EngineFault(f"the async workers are down ({fault}); the engine must recover first")
         try:
-            with pinned(self.cores) if self.on_cpu else contextlib.nullcontext():
-                yield from self._generate(req, prompt, params, depth)
+            yield from self._generate(req, prompt, params, depth)
         except LinkError as exc:  # only a failed message is a lost contact
             raise self._stop_workers(self._cause(exc)) from None
         except Exception as exc:  # keeps its type and message; the groups are out of step now
@@ -228,15 +233,15 @@ class AsyncEngine:
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
-        with pinned(self.prefill_cores) if self.on_cpu else contextlib.nullcontext(), timeline.span("prefill"):
-            first = pick_tokens(self.verifier.prefill(prompt), params, rng).tolist()  # [1]
+        with timeline.span("prefill"):
+            first = pick_tokens(self.prefill_lane.run(self.verifier.prefill, prompt), params, rng).tolist()  # [1]
         costs = torch.tensor(() if params.reproducible else self.profile.verify_s, dtype=torch.float64)  # [bs] or [0]
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params, verify_costs=costs))
         return first
 
     def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline,
              flow: Flow) -> tuple[list[int], Verified]:
-        """One round on the target's critical path: receive, forward, verify, commit."""
+        """One round on the target's critical path: receive, then forward, verify, commit (on the lane)."""
         with timeline.span("wait_tree"):
             tree = self.link.recv()  # the draft's best bs-node subtree, grown while we verified
             flow.tree_in_flight = False
@@ -244,6 +249,13 @@ class AsyncEngine:
             raise EngineFault(f"protocol error: expected a draft tree, got {type(tree).__name__}")
         if self.followers is not None:
             self.followers.send(tree)
+        emitted, verified = self.lane.run(self._verify_tree, tree, params, rng, timeline)
+        timeline.count(len(emitted), tree.tokens.numel())
+        return emitted, verified
+
+    def _verify_tree(self, tree: DraftTree, params: SamplingParams, rng: torch.Generator,
+                     timeline: Timeline) -> tuple[list[int], Verified]:
+        """Forward the tree, verify it and commit the accepted path: the tokens emitted."""
         with timeline.span("forward"):
             mask = mask_from_parents(tree.parents)  # [n, n]
             dev = self.verifier.runner.device
@@ -253,7 +265,6 @@ class AsyncEngine:
             emitted = acc.tokens.tolist()  # the one host sync of the round
             nodes = acc.path[: len(emitted)]
             self.verifier.commit(nodes)
-        timeline.count(len(emitted), tree.tokens.numel())
         return emitted, Verified(tokens=torch.tensor(emitted), nodes=nodes.cpu(), stop=False)
 
     def _send_verified(self, verified: Verified, timeline: Timeline, flow: Flow) -> None:
@@ -298,8 +309,7 @@ class AsyncEngine:
         forwards alone (tensor-parallel followers mirror every forward): otherwise (), all bs."""
         if not self.config.tree.adaptive_verify or self.layout.target_tp > 1:
             return ()
-        with pinned(self.cores) if self.on_cpu else contextlib.nullcontext():
-            best = self.verifier.verify_times(self.tokenizer.encode(WARMUP_PROMPT), self.verify_size)
+        best = self.lane.run(self.verifier.verify_times, self.tokenizer.encode(WARMUP_PROMPT), self.verify_size)
         log.info("async: verifying 1..%d nodes takes %s ms", len(best), " ".join(f"{1e3 * s:.1f}" for s in best))
         return tuple(best)
 
@@ -337,4 +347,5 @@ class AsyncEngine:
         if self.pool is not None:
             self.pool.stop(SHUTDOWN_S if healthy else 0.0)
             self.pool.close()
+        self.lane.close()
         leave_groups()

@@ -4,20 +4,21 @@ Each loop serves requests until `Shutdown`."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
 import torch
 import torch.distributed as dist
 
 from swiftspec.config import NO_DRAFT, EngineConfig, LoadConfig
 from swiftspec.spec import TreeDrafter
 from swiftspec.errors import UserError
-from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join, pin, pinned, plan_cores
+from swiftspec.parallel.cores import Lane, pin, plan_cores
+from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join
 from swiftspec.runtime.protocol import (
     DistTransport,
     DraftTree,
@@ -45,7 +46,7 @@ class DraftSettings:
     """What the draft loop needs besides its drafter and link."""
 
     verify_size: int  # bs
-    prefill_cores: list[int] | None = None  # CPU cores for the prefill and first expansion (target idle)
+    prefill: Lane = field(default_factory=Lane)  # runs the prefill and the first expansion (target idle)
     jitter_s: float = 0.0  # JITTER_ENV
 
 
@@ -108,12 +109,7 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
     makes, so it must not depend on when the verified tokens arrive."""
     timeline, bs = Timeline(), settings.verify_size
     stop = None if start.params.reproducible else io.ready
-    cores = settings.prefill_cores
-    with pinned(cores) if cores else contextlib.nullcontext():
-        with timeline.span("prefill"):
-            drafter.start(start.prompt.tolist(), start.first_token, start.params)
-        with timeline.span("expand"):
-            drafter.expand()  # the first tree: the root's children
+    settings.prefill.run(_first_tree, drafter, start, timeline)
     sent = _send_tree(drafter, io, bs, timeline, costs)
     while True:
         if settings.jitter_s:
@@ -135,6 +131,13 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
                                     promised=sent.promised))
         sent = _send_tree(drafter, io, bs, timeline, costs)
     io.send(Profile(seconds=timeline.busy_seconds(), events=timeline.as_tensor()))
+
+
+def _first_tree(drafter: TreeDrafter, start: Start, timeline: Timeline) -> None:
+    with timeline.span("prefill"):
+        drafter.start(start.prompt.tolist(), start.first_token, start.params)
+    with timeline.span("expand"):
+        drafter.expand()  # the first tree: the root's children
 
 
 def _send_tree(drafter: TreeDrafter, io: GroupIO, bs: int, timeline: Timeline, costs: RoundCosts) -> SentTree:
@@ -209,7 +212,11 @@ def worker_entry(rank: int, config: EngineConfig, layout: Layout, port: int, par
 
 
 def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str | dist.Store) -> None:
-    """Join both groups, load this rank's model, tell the front end it is ready, run its loop."""
+    """Join both groups, load this rank's model, tell the front end it is ready, run its loop.
+
+    Cores (CPU): the process pins itself to its share once, for its life, before it loads its model
+    (its memory then lands on its cores' NUMA node).  A lone draft rank also gets a lane on every
+    core for the prefill and the first expansion, while the target waits for that first tree."""
     groups = init_groups(layout, rank, backend(config), rendezvous, LOAD_S)
     on_cpu = not config.target_load.device.startswith("cuda")
     all_cores = sorted(os.sched_getaffinity(0))
@@ -219,12 +226,12 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
     io = GroupIO(DistTransport(groups.peer_leader) if groups.is_leader else None, group)
     if groups.role == "draft":
         drafter = _make_drafter(config, groups)
-        # The target waits while a lone draft rank prefills the prompt: it may use every core then.
-        settings = DraftSettings(verify_size=config.tree.verify_size,
-                                 prefill_cores=all_cores if on_cpu and layout.draft_tp == 1 else None,
+        prefill = Lane(all_cores if on_cpu and layout.draft_tp == 1 else None, "draft-prefill")
+        settings = DraftSettings(verify_size=config.tree.verify_size, prefill=prefill,
                                  jitter_s=float(os.environ.get(JITTER_ENV, "0")))
         all_ready()
         draft_loop(drafter, io, settings)
+        prefill.close()
     else:
         target = load_for_rank(config.target, config.target_load, groups)
         verifier = TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size)

@@ -14,7 +14,8 @@ import time
 import torch
 
 from swiftspec.config import ConfigError, EngineConfig
-from swiftspec.parallel.groups import Layout, pinned, plan_cores
+from swiftspec.parallel.cores import Lane, plan_cores
+from swiftspec.parallel.groups import Layout
 from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.exec.runner import ModelRunner, causal_mask
@@ -62,19 +63,22 @@ def _timed_forward(runner: ModelRunner, n: int) -> float:
     return time.perf_counter() - t
 
 
-def forward_costs(runner: ModelRunner, rows: tuple[int, ...], placements: tuple[list[int] | None, ...],
-                  repeats: int) -> list[Costs]:
-    """For each placement (cores to pin to, None = as the engine runs), the fastest of `repeats`
-    forwards of n rows, for each n.  Passes alternate between the placements, so that a burst of
-    other work on the machine falls on all of them alike; a first pass is untimed.
+def _timed_forwards(runner: ModelRunner, rows: tuple[int, ...]) -> list[float]:
+    return [_timed_forward(runner, n) for n in rows]
+
+
+def forward_costs(runner: ModelRunner, rows: tuple[int, ...], lanes: tuple[Lane, ...], repeats: int) -> list[Costs]:
+    """For each lane (Lane(): the calling thread, as the serial engines run; else pinned as the
+    async groups run), the fastest of `repeats` forwards of n rows, for each n.  Passes alternate
+    between the lanes, so that a burst of other work on the machine falls on all of them alike; a
+    first pass is untimed.
 
     More rows never cost less, and other work only ever slows a forward down: so each cost is the
     least measured at that row count or any larger one."""
-    best = [[float("inf")] * len(rows) for _ in placements]
+    best = [[float("inf")] * len(rows) for _ in lanes]
     for rep in range(repeats + 1):
-        for p, cores in enumerate(placements):
-            with pinned(cores) if cores else contextlib.nullcontext():
-                times = [_timed_forward(runner, n) for n in rows]
+        for p, lane in enumerate(lanes):
+            times = lane.run(_timed_forwards, runner, rows)
             if rep:
                 best[p] = [min(a, b) for a, b in zip(best[p], times)]
     return [Costs(rows=rows, seconds=tuple(min(b[i:]) for i in range(len(b)))) for b in best]
@@ -101,7 +105,8 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
     texts = builtin_texts(target.tokenizer)
     runner = ModelRunner(target.model, max(len(t.ids) for t in texts) + 2 * TARGET_ROWS[-1], TARGET_ROWS[-1])
     greedy = [teacher_forced(runner, t).argmax(-1).cpu() for t in texts]  # [n] each
-    alone, grouped = forward_costs(runner, TARGET_ROWS, (None, place.target), TARGET_REPEATS)
+    with contextlib.closing(Lane(place.target, "profile-target")) as lane:
+        alone, grouped = forward_costs(runner, TARGET_ROWS, (Lane(), lane), TARGET_REPEATS)
     load = config.target_load
     target_bytes = target.args.weight_bytes(load.dtype, load.weights)
     tokenizer = target.tokenizer
@@ -156,7 +161,8 @@ def _profile_draft(config: EngineConfig, fmt: str, draft, texts: list[Text], gre
     runner = drafter.runner
     guesses = tuple(_positions(teacher_forced(runner, t), drafter.vocab_map, g, t)
                     for t, g in zip(texts, greedy))
-    alone, grouped = forward_costs(runner, DRAFT_ROWS, (None, place.draft), DRAFT_REPEATS)
+    with contextlib.closing(Lane(place.draft, "profile-draft")) as lane:
+        alone, grouped = forward_costs(runner, DRAFT_ROWS, (Lane(), lane), DRAFT_REPEATS)
     head_rows = None if drafter.vocab_map is None else drafter.vocab_map.numel()
     return _Draft(DraftProfile(weights=fmt, alone=alone, grouped=grouped, texts=guesses), head_rows)
 
