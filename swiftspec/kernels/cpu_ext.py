@@ -120,6 +120,13 @@ def load() -> ModuleType | None:
     return _state["ext"]
 
 
+def take_thread_count() -> None:
+    """Make this thread's first parallel call of the kernels now (parallel/cores.take_thread_count)."""
+    ext = load()
+    if ext is not None:
+        ext.take_thread_count()
+
+
 def detected_level() -> int:
     """The best ISA level this CPU runs (0 where the kernels are unavailable)."""
     ext = load()

@@ -15,6 +15,7 @@ from typing import Callable, TypeVar
 
 import torch
 
+from swiftspec.kernels import cpu_ext
 from swiftspec.parallel.groups import Layout
 from swiftspec.parallel.numa import plan_groups, read_nodes
 
@@ -50,8 +51,17 @@ def pin(cores: list[int]) -> None:
     starts later, OpenMP's among them, inherit the cores).  Called once per thread: an async worker's
     main thread when it starts, a lane's thread when it starts."""
     os.sched_setaffinity(0, cores)
-    torch.get_num_threads()  # a thread takes the count last set anywhere at its first use: take it now
+    take_thread_count()
     torch.set_num_threads(len(cores))
+
+
+def take_thread_count() -> int:
+    """The calling thread's torch intra-op count, made its own now.  torch sets a thread's count at
+    its first parallel call from each library (torch's, the kernels'), to the count last set by any
+    thread: taken later, after another thread set its own, it would be that thread's count."""
+    count = torch.get_num_threads()
+    cpu_ext.take_thread_count()
+    return count
 
 
 class Lane:
@@ -62,9 +72,11 @@ class Lane:
     def __init__(self, cores: list[int] | None = None, name: str = "lane") -> None:
         self._thread: ThreadPoolExecutor | None = None
         if cores is not None:
-            torch.get_num_threads()  # fixes the creating thread's own count before the lane sets torch's
+            count = take_thread_count()  # the creating thread's, before the lane sets its own
             self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"swiftspec-{name}", initializer=pin,
                                               initargs=(cores,))
+            self._thread.submit(int).result()  # the lane starts and pins itself now...
+            torch.set_num_threads(count)  # ...then the count threads started later take is the creator's again
 
     def run(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args) on the lane; its result, or its exception raised here."""
