@@ -1,15 +1,13 @@
 """Figures for docs/bench/multihost.md on tiny random models: the cost model's forecast (runtime/costmodel.py,
 from a fresh auto profile) beside measured tok/s of serial tree and async on this machine, and of async
-across two network namespaces (tests/distributed/multihost_driver.py; run as root).
+across two network namespaces (tests/support/netns_hosts.py; run as root).
 
-usage: python tools/multihost_figures.py TARGET_DIR DRAFT_DIR [--netns]
+usage: PYTHONPATH=$PWD:$PWD/tests/support python tools/multihost_figures.py TARGET_DIR DRAFT_DIR [--netns]
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,10 +35,8 @@ def measure(engine) -> float:
 
 
 def netns(target: str, draft: str) -> float:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "distributed"))
-    from test_multihost import Hosts, Target, start_draft, stop  # noqa: PLC0415
+    from netns_hosts import Hosts, Target, start_draft, stop  # noqa: PLC0415 (tests/support, only for --netns)
 
-    os.environ.setdefault("SWIFTSPEC_SECRET", "figures-secret")
     hosts, log = Hosts(), Path("/tmp")
     try:
         t = Target(hosts, Path(target), Path(draft), log / "mh-target.log")

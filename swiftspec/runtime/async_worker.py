@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,10 +35,6 @@ from swiftspec.spec.costs import RoundCosts, RoundTimes
 from swiftspec.runtime.trace import Timeline
 from swiftspec.tree import mask_from_parents
 
-# Tests only: the draft sleeps a random 0..this many seconds before each round's drafting, so that
-# the verified tokens arrive at varying points (read once, when a draft worker starts).
-JITTER_ENV = "SWIFTSPEC_TEST_DRAFT_JITTER_S"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftSettings:
@@ -47,7 +42,6 @@ class DraftSettings:
 
     verify_size: int  # bs
     prefill: Lane = field(default_factory=Lane)  # runs the prefill and the first expansion (target idle)
-    jitter_s: float = 0.0  # JITTER_ENV
 
 
 class GroupIO:
@@ -112,8 +106,6 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
     settings.prefill.run(_first_tree, drafter, start, timeline)
     sent = _send_tree(drafter, io, bs, timeline, costs)
     while True:
-        if settings.jitter_s:
-            time.sleep(random.uniform(0.0, settings.jitter_s))
         with timeline.span("expand"):
             drafter.draft(start.depth, stop=stop)  # overlaps the target's verification
         with timeline.span("wait_verified"):
@@ -227,8 +219,7 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
     if groups.role == "draft":
         drafter = _make_drafter(config, groups)
         prefill = Lane(all_cores if on_cpu and layout.draft_tp == 1 else None, "draft-prefill")
-        settings = DraftSettings(verify_size=config.tree.verify_size, prefill=prefill,
-                                 jitter_s=float(os.environ.get(JITTER_ENV, "0")))
+        settings = DraftSettings(verify_size=config.tree.verify_size, prefill=prefill)
         all_ready()
         draft_loop(drafter, io, settings)
         prefill.close()

@@ -12,7 +12,6 @@ connects again until a target host answers.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Callable, Iterator
 
@@ -29,9 +28,6 @@ BEAT_KEY = "beat"  # the draft host counts up this store key while idle: the tar
 BEAT_S = 1.0  # how often an idle draft host beats (and checks that the target's store still answers)
 IDLE_POLL_S = 0.002  # how often an idle draft host looks for the next request
 RETRY_S = 1.0  # how often a draft host tries to reach a target host that does not answer
-# Tests only, where the kernel has no netem qdisc: the draft host sleeps this long before each message
-# it sends and after each it receives, as a link with this round-trip time would delay them.
-DELAY_ENV = "SWIFTSPEC_TEST_LINK_RTT_S"
 
 
 def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: swiftspec.tokenizer.Tokenizer
@@ -155,13 +151,11 @@ class DraftHostIO:
     def __init__(self, link: DistTransport, joined: Joined) -> None:
         self.link, self.store = link, joined.store
         self.busy = False
-        self.delay_s = float(os.environ.get(DELAY_ENV, "0")) / 2
 
     def recv(self) -> Message:
         if not self.busy:
             self._idle()
         msg = self.link.recv()
-        time.sleep(self.delay_s)
         if isinstance(msg, Start):
             self.busy = True
         elif isinstance(msg, Shutdown) or (isinstance(msg, Verified) and msg.stop):
@@ -178,7 +172,6 @@ class DraftHostIO:
             time.sleep(IDLE_POLL_S)
 
     def send(self, msg: Message) -> None:
-        time.sleep(self.delay_s)
         self.link.send(msg)
 
     def ready(self) -> bool:

@@ -1,75 +1,26 @@
-"""async across hosts, on one machine: two network namespaces joined by a veth pair stand for two hosts.
-The target host (tests/distributed/multihost_driver.py) runs in one, `swiftspec worker --role draft`
-in the other. Greedy output equals ar; a delayed link gives the same output; a wrong secret is refused;
+"""async across hosts, on one machine: two network namespaces joined by a veth pair stand for two hosts
+(tests/support/netns_hosts.py). The target host runs in one, `swiftspec worker --role draft` in the
+other. Greedy output equals ar; a delayed link gives the same output; a wrong secret is refused;
 a killed draft host or a cut link costs at most the link timeout, and the target finishes in ar
 (degraded) and goes async again when the draft host rejoins. Needs root and `ip`; skips otherwise."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
 import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
+from injection import Injection
+from netns_hosts import LINK_TIMEOUT_S, Hosts, Target, start_draft, stop
 
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 
 pytestmark = pytest.mark.netns
-DRIVER = Path(__file__).with_name("multihost_driver.py")
-ROOT = Path(__file__).resolve().parents[2]  # the driver imports this checkout's swiftspec
-LINK_TIMEOUT_S = 3.0
-SECRET = "netns-test-secret"
-PORT = 29650
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check)
-
-
-class Hosts:
-    """Two namespaces T (target, .1) and D (draft, .2) on a private /30, removed afterwards."""
-
-    def __init__(self) -> None:
-        tag = f"{os.getpid() % 100000}"
-        self.t, self.d = f"ssmh-t{tag}", f"ssmh-d{tag}"
-        self.t_if, self.d_if = f"ssmt{tag}", f"ssmd{tag}"
-        net = f"10.203.{os.getpid() % 250}"
-        self.t_ip, self.d_ip = f"{net}.1", f"{net}.2"
-        sh("ip", "netns", "add", self.t)
-        sh("ip", "netns", "add", self.d)
-        sh("ip", "link", "add", self.t_if, "netns", self.t, "type", "veth", "peer", "name", self.d_if, "netns", self.d)
-        for ns, ifname, ip in ((self.t, self.t_if, self.t_ip), (self.d, self.d_if, self.d_ip)):
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/30", "dev", ifname)
-            sh("ip", "-n", ns, "link", "set", ifname, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-
-    @property
-    def address(self) -> str:
-        return f"{self.t_ip}:{PORT}"
-
-    def link(self, up: bool) -> None:
-        sh("ip", "-n", self.d, "link", "set", self.d_if, "up" if up else "down")
-
-    def netem(self, delay_ms: float) -> str | None:
-        """Delay both directions; the reason it cannot, else None."""
-        for ns, ifname in ((self.t, self.t_if), (self.d, self.d_if)):
-            done = sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", ifname, "root", "netem", "delay",
-                      f"{delay_ms}ms", check=False)
-            if done.returncode:
-                return f"tc netem: {done.stderr.strip() or done.returncode} (this kernel lacks sch_netem)"
-        return None
-
-    def close(self) -> None:
-        for ns in (self.t, self.d):
-            sh("ip", "netns", "del", ns, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -84,48 +35,6 @@ def hosts():
         yield made
     finally:
         made.close()
-
-
-class Target:
-    """The driver in namespace T, one JSON line per command."""
-
-    def __init__(self, hosts: Hosts, target: Path, draft: Path, log: Path) -> None:
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", hosts.t, sys.executable, str(DRIVER), str(target), str(draft), hosts.address,
-             str(LINK_TIMEOUT_S)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-            env=os.environ | {"SWIFTSPEC_SECRET": SECRET,
-                              "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-        assert self.read()["event"] == "ready", log.read_text()
-
-    def read(self) -> dict:
-        line = self.proc.stdout.readline()
-        assert line, "the target driver died"
-        return json.loads(line)
-
-    def ask(self, **cmd) -> dict:
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self.read()
-
-    def close(self) -> None:
-        try:
-            self.ask(cmd="quit")
-            self.proc.wait(30)
-        finally:
-            self.proc.kill()
-
-
-def start_draft(hosts: Hosts, draft: Path, log: Path, secret: str = SECRET, rtt_s: float = 0.0) -> subprocess.Popen:
-    cmd = ["ip", "netns", "exec", hosts.d, sys.executable, "-m", "swiftspec.cli", "worker", "--role", "draft",
-           "--rendezvous", hosts.address, "--draft-model", str(draft), "--device", "cpu", "--dtype", "float32",
-           "--max-seq-len", "512", "--depth", "2", "--link-timeout", str(LINK_TIMEOUT_S)]
-    env = os.environ | {"SWIFTSPEC_SECRET": secret, "SWIFTSPEC_TEST_LINK_RTT_S": str(rtt_s)}
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env, text=True)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.kill()
-    proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +82,13 @@ def test_two_namespaces(hosts, tiny_qwen_dir, tiny_draft_dir, prompts, want, tmp
         got = target.read()
         assert got["outs"] == [want["long"]] and got["degraded"] and got["max_gap_s"] < LINK_TIMEOUT_S
 
-        # A draft host that rejoins over a slow link (10 ms round trip): async again, the same tokens.
-        link("draft2.log", rtt_s=0.010)
+        # A draft host that rejoins over a slow link (10 ms round trip, injected into its process as
+        # a sleep of half of it before each send and after each receive): async again, the same tokens.
+        slow = Injection(log=tmp_path / "inject.log", link_rtt_s=0.010)
+        link("draft2.log", env=slow.env())
+        delays = slow.sleeps("link")
+        assert len(delays) >= 4 * len(prompts), delays  # Start, tree, Verified, Profile at least
+        assert {seconds for _, seconds in delays} == {0.005}
 
         # The link is cut mid-request: a timeout within the link timeout, the rest in ar; the draft
         # host times out too, waits, and rejoins once the link is back.

@@ -15,9 +15,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from injection import Injection
 from server_harness import MODEL, LiveServer, tiny_async_engine
-
-from swiftspec.runtime.async_worker import JITTER_ENV
 
 from spec_stats import sharp_pair
 
@@ -242,10 +241,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_same_seed_same_text_whatever_the_draft_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The draft sleeps a random while before each round (JITTER_ENV), so the verified tokens reach it
-    after a varying number of expansions: a seeded sampled request must still give the same text.
-    The sharp pair's draft is confident, so its trees grow deep and their shape follows the timing."""
-    monkeypatch.setenv(JITTER_ENV, "0.03")
+    """The draft sleeps a random 0..30 ms before each round (injected into the spawned workers by
+    tests/support/inject), so the verified tokens reach it after a varying number of expansions: a
+    seeded sampled request must still give the same text. The sharp pair's draft is confident, so
+    its trees grow deep and their shape follows the timing."""
+    jitter = Injection(log=tmp_path / "inject.log", draft_jitter_s=0.03)
+    for name, value in jitter.env().items():
+        monkeypatch.setenv(name, value)
     target, draft = sharp_pair(tmp_path)
     with tiny_async_engine(target, draft, depth=4) as engine, LiveServer(engine) as srv:
         client = client_for(srv)
@@ -260,3 +262,7 @@ def test_same_seed_same_text_whatever_the_draft_timing(tmp_path: Path, monkeypat
         unseeded = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=48, temperature=1.0)
         assert unseeded.choices[0].finish_reason in ("stop", "length")  # the timing-driven schedule still serves
         # (its text may be empty: an unseeded draw may pick EOS first)
+        sleeps = jitter.sleeps("jitter")
+        assert {pid for pid, _ in sleeps} == {worker_pid(engine, "draft")}  # the draft worker, only
+    assert len(sleeps) >= 24, len(sleeps)  # a round or more per request
+    assert min(s for _, s in sleeps) < 0.01 < max(s for _, s in sleeps)  # the timing varied

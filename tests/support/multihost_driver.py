@@ -1,5 +1,5 @@
-"""The target host of tests/distributed/test_multihost.py, run inside its network namespace: builds a
-RemoteEngine on tiny models and obeys one JSON command per stdin line, answering one JSON line each.
+"""The target host of netns_hosts.py (tests/distributed/test_multihost.py), run in its network namespace:
+builds a RemoteEngine on tiny models and obeys one JSON command per stdin line, answering one JSON line each.
 
 Commands: {"cmd": "gen", "prompts": [[ids]], "n": N, "notify": bool} -> {"outs", "degraded", "max_gap_s",
 "seconds"} (with notify, {"event": "first"} comes after the first chunk); {"cmd": "rejoin", "wait_s": S}
