@@ -21,7 +21,7 @@ LAYERS = (
     ("runtime",),  # engines (ar, serial, async), build_engine, auto, async protocol, supervisor, trace, device
     ("spec",),  # speculation: TreeDrafter, prompt lookup, TreeVerifier
     ("exec",),  # execution: ModelRunner, CUDA graphs, loading a target ready to run
-    ("weights", "testing", "model", "cache", "parallel", "kernels"),  # a model and what it runs on
+    ("weights", "model", "cache", "parallel", "kernels"),  # a model and what it runs on
     ("tree", "verify", "sampling", "tokenizer", "config", "errors"),  # pure logic and plain data
 )
 INDEPENDENT = {frozenset(("serve", "bench"))}

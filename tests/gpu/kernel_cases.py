@@ -7,7 +7,7 @@ import torch
 from swiftspec.model import ModelArgs, Transformer
 from swiftspec.model.args import RopeScaling
 from swiftspec.model.layers import RotaryEmbedding
-from swiftspec.testing import random_weights
+from swiftspec.weights.tiny import random_weights
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,7 @@ from swiftspec.kernels import cpu_ext
 from swiftspec.model import ModelArgs, Transformer
 from swiftspec.kernels import kquant
 from swiftspec.kernels.convert import is_linear
-from swiftspec.testing import random_kquant_blocks, random_weights
+from swiftspec.weights.tiny import random_kquant_blocks, random_weights
 from swiftspec.tree import mask_from_parents
 
 PROMPT = 20  # > MAX_DECODER_ROWS: the prefill runs unfused in both models

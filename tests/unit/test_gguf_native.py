@@ -15,7 +15,7 @@ import torch
 from swiftspec.config import LoadConfig
 from swiftspec.kernels.quant import PackedWeight, dequantize
 from swiftspec.exec.load import load_target
-from swiftspec.testing import make_tiny_checkpoint, write_gguf
+from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights import load_model
 from swiftspec.weights.convert import tokenizer_dir
 from swiftspec.weights.gguf import GGUFCheckpoint

@@ -12,7 +12,7 @@ import pytest
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
 from swiftspec.cli.main import main
-from swiftspec.testing import write_gguf
+from swiftspec.weights.tiny import write_gguf
 from swiftspec.weights import load_model, resolve_source
 from swiftspec.weights.hub import HubId, parse_hub_id
 

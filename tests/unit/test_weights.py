@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from swiftspec.config import LoadConfig
 from swiftspec.model.args import RopeScaling
 from swiftspec.exec.runner import causal_mask
-from swiftspec.testing import make_tiny_checkpoint, write_gguf
+from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights import load_model, load_tokenizer, open_checkpoint
 from swiftspec.weights import convert
 from swiftspec.weights.gguf import (

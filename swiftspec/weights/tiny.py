@@ -1,4 +1,5 @@
-"""Tiny random checkpoints for tests: HF directories (weights + a real BPE tokenizer) and GGUF exports.
+"""Tiny random checkpoints for the tests, the kernel benches and the CUDA start-up check: HF
+directories (weights + a real BPE tokenizer) and GGUF exports.
 
 Everything is built offline and deterministically from a seed in well under a second, and the
 directories load both in SwiftSpec and in transformers.
