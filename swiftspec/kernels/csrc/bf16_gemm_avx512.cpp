@@ -1,17 +1,15 @@
 // AVX-512 BF16 kernel for bf16 linear layers at small M (1..16 rows), on the plain [N, K] weight.
 //
-// oneDNN's bf16 GEMM reaches only 13-19 GB/s at M <= 16 on the 2-core dev box, so a verify or
-// draft forward of 8 rows costs about twice a one-row forward.  Here a block of C output channels
+// oneDNN's bf16 GEMM streams weights far below the bandwidth at M <= 16, so a verify or draft
+// forward of 8 rows would cost about twice a one-row forward.  Here a block of C output channels
 // (C contiguous weight rows) is streamed once per pass of up to 6 activation rows; every weight
 // vector of 32 bf16 values meets every row with one vdpbf16ps.
 //
-// Tuning (dev box, Zen 4: one zmm vdpbf16ps per cycle per core, ~30-45 GB/s for 2 cores):
-// - Weight rows are prefetched into L2 16 KiB ahead.  An L1 prefetch 4 KiB ahead left the
-//   stream short of requests once the core was busy computing: the 1.5B's layers took 96 ms at
-//   M = 1 and 130 ms at M = 8, against 80 and 110 ms with the L2 prefetch (same run).
+// Tuning (the measurements behind each choice: docs/bench/kernels.md, "Tuning notes"):
+// - Weight rows are prefetched into L2 16 KiB ahead: an L1 prefetch 4 KiB ahead left the stream
+//   short of requests once the core was busy computing.
 // - Passes of 6 rows x 4 channels (24 accumulators, 10 loads per 24 vdpbf16ps) instead of 8 x 2
-//   (16 accumulators, 10 loads per 16): M = 8 went from 111 to 88-96 ms, M = 16 from 199 to
-//   137-148 ms.
+//   (16 accumulators, 10 loads per 16).
 //
 // Batch invariance: output (r, n) is one accumulator chain over k = 0, 32, 64, ... followed by the
 // same horizontal sum, whatever M, C and the row pass are, so a row's result never depends on the

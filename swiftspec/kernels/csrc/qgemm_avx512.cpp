@@ -70,9 +70,8 @@ constexpr bool kSplit = R <= 4;
 
 // Software prefetch in the weight stream for passes of several rows: the loop is then busy
 // computing and the hardware prefetcher alone leaves DRAM idle (one row is pure streaming).
-// int8 prefetches into L2 8 KiB ahead, int4 into L1 2 KiB ahead.  Measured on the dev box (the
-// 1.5B's 28 layers, 2 threads, same run): int8 at M = 8 took 52 ms with the L1 prefetch and 42 ms
-// with the L2 one; int4 ran 7% slower with the L2 one (36 -> 38 ms).
+// int8 prefetches into L2 8 KiB ahead, int4 into L1 2 KiB ahead: each the faster of the two for
+// its format (docs/bench/kernels.md, "Tuning notes").
 template <int R, bool Int4>
 inline void prefetch(const uint8_t* p) {
   if constexpr (R > 1 && Int4) _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);

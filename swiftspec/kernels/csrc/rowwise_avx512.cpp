@@ -2,8 +2,8 @@
 // activation (silu(gate) * up), and RoPE with the KV-cache store.
 //
 // At the few rows of decoding, verification and draft expansion, ATen runs these as 3-6 ops
-// each (casts, pow, mean, rsqrt, silu, mul) at 40-100 us per call on the 2-core dev box, ~10% of
-// a forward.  Here each is one pass per row.  Rounding follows the model's torch code, step by
+// each (casts, pow, mean, rsqrt, silu, mul), a tenth of a forward (docs/bench/kernels.md, "Tuning
+// notes").  Here each is one pass per row.  Rounding follows the model's torch code, step by
 // step: RMSNorm normalizes in fp32, rounds to the model dtype, then multiplies by the weight and
 // rounds; the activation rounds silu(gate), then the product.  Every row is computed on its own
 // in a fixed order, so a row's bits never depend on the other rows of the call.
