@@ -45,9 +45,10 @@ def main() -> None:
             pass
     for text in prompts:
         for spec, eng in engines.items():
-            for _ in eng.generate(eng.tokenizer.encode(text), SamplingParams(), args.max_tokens):
+            generation = eng.generate(eng.tokenizer.encode(text), SamplingParams(), args.max_tokens)
+            for _ in generation:
                 pass
-            st, t = eng.stats, totals[spec]
+            st, t = generation.stats, totals[spec]
             t[0] += st.new_tokens - 1
             t[1] += st.total_s - st.ttft_s
             t[2] += st.rounds

@@ -40,8 +40,10 @@ for line in sys.stdin:
         engine = build_engine(EngineConfig(mode=mode, target_load=target, draft_load=draft))
         reply = {"ok": True}
     else:
-        tokens = [t for c in engine.generate(msg["ids"], SamplingParams(), msg["max_tokens"]) for t in c]
-        s = engine.stats
+        generation = engine.generate(msg["ids"], SamplingParams(), msg["max_tokens"])
+        tokens = [t for c in generation for t in c]
+        # a checkout from before issue 20 leaves the stats on the engine
+        s = generation.stats if hasattr(generation, "stats") else engine.stats
         reply = {"tokens": tokens, "tok_s": s.tokens_per_s, "ttft_s": s.ttft_s, "accept": s.acceptance_length}
     print(json.dumps(reply), flush=True)
 """

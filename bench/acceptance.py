@@ -77,12 +77,13 @@ def main() -> None:
             for (head, lookup), eng in engines.items():
                 if head == "prompt":
                     per_request(eng.drafter, vocabs["mixed"], ids, full_rows, args.weights)
-                out = [t for chunk in eng.generate(ids, SamplingParams(), args.max_tokens) for t in chunk]
-                r = results[(head, lookup)][name]
-                r[0] += eng.stats.rounds
-                r[1] += sum(eng.stats.accept_lengths)
-                print(f"{name}[{i}] head={head} lookup={lookup}: {eng.stats.acceptance_length:.2f} "
-                      f"({sum(eng.stats.accept_lengths)}/{eng.stats.rounds})", flush=True)
+                generation = eng.generate(ids, SamplingParams(), args.max_tokens)
+                out = [t for chunk in generation for t in chunk]
+                stats, r = generation.stats, results[(head, lookup)][name]
+                r[0] += stats.rounds
+                r[1] += sum(stats.accept_lengths)
+                print(f"{name}[{i}] head={head} lookup={lookup}: {stats.acceptance_length:.2f} "
+                      f"({sum(stats.accept_lengths)}/{stats.rounds})", flush=True)
             outputs[name].append((ids, out))
     report(results, outputs, vocabs, engines)
 

@@ -28,9 +28,10 @@ def measure(engine) -> float:
     list(engine.generate(PROMPTS[0], SamplingParams(), 16))
     tokens, seconds = 0, 0.0
     for p in PROMPTS:
-        list(engine.generate(p, SamplingParams(), N))
-        tokens += engine.stats.new_tokens - 1
-        seconds += engine.stats.total_s - engine.stats.ttft_s
+        generation = engine.generate(p, SamplingParams(), N)
+        list(generation)
+        tokens += generation.stats.new_tokens - 1
+        seconds += generation.stats.total_s - generation.stats.ttft_s
     return tokens / seconds
 
 

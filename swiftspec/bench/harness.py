@@ -143,12 +143,13 @@ class EngineRunner:
         tokens: list[int] = []
         start = time.perf_counter()
         ttft, first = 0.0, 0
-        for chunk in self.engine.generate(prompt, params, max_new_tokens):
+        generation = self.engine.generate(prompt, params, max_new_tokens)
+        for chunk in generation:
             if chunk and not tokens:
                 ttft, first = time.perf_counter() - start, len(chunk)
             tokens.extend(chunk)
         total = time.perf_counter() - start
-        stats = self.engine.stats
+        stats = generation.stats
         return RunResult(
             tokens=tokens,
             ttft_s=ttft,

@@ -70,12 +70,13 @@ def _run_one(cfg: EngineConfig, prompt: str, max_tokens: int, show: bool, header
         decoder = IncrementalDecoder(engine.tokenizer)
         if show:
             sys.stdout.write(f"{header}\n{prompt}")
-        for tokens in engine.generate(engine.tokenizer.encode(prompt), SamplingParams(), max_tokens):
+        generation = engine.generate(engine.tokenizer.encode(prompt), SamplingParams(), max_tokens)
+        for tokens in generation:
             text = "".join(decoder.push(t) for t in tokens)
             if show:
                 sys.stdout.write(text)
                 sys.stdout.flush()
-        s = engine.stats
+        s = generation.stats
         return Row(cfg.mode, s.tokens_per_s, s.acceptance_length, s.new_tokens)
     finally:
         engine.close()

@@ -85,11 +85,12 @@ def _generate(args: argparse.Namespace) -> int:
         tok = engine.tokenizer
         ids = tok.chat([{"role": "user", "content": prompt_text}]) if args.chat else tok.encode(prompt_text)
         decoder = IncrementalDecoder(tok)
-        for tokens in engine.generate(ids, params, args.max_tokens):
+        generation = engine.generate(ids, params, args.max_tokens)
+        for tokens in generation:
             sys.stdout.write("".join(decoder.push(t) for t in tokens))
             sys.stdout.flush()
         sys.stdout.write(decoder.flush() + "\n")
-        print(format_stats(engine.stats), file=sys.stderr)
+        print(format_stats(generation.stats), file=sys.stderr)
     finally:
         engine.close()
     return 0

@@ -32,7 +32,15 @@ from swiftspec.parallel.groups import (
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
-from swiftspec.runtime.base import WARMUP_PROMPT, GenerationStats, RequestState, StartupProfile, choose_depth
+from swiftspec.runtime.base import (
+    WARMUP_PROMPT,
+    Generation,
+    GenerationStats,
+    RequestState,
+    Rounds,
+    StartupProfile,
+    choose_depth,
+)
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Shutdown, Start, Verified
 from swiftspec.runtime.supervisor import POLL_S, Limits, Watchdog, WorkerPool
 from swiftspec.spec import TreeVerifier
@@ -71,7 +79,6 @@ class AsyncEngine:
         self.layout = Layout(target_tp=config.target_tp, draft_tp=config.draft_tp)
         self.verify_size = config.tree.verify_size
         self.max_seq_len = config.target_load.max_seq_len
-        self.stats = GenerationStats()
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
         self.limits = Limits(load_s=joined.timeout_s) if joined else Limits()
         self._fault: str | None = None  # a request failed with the groups out of step
@@ -164,16 +171,15 @@ class AsyncEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[list[int]]:
+    ) -> Generation:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
-        self.stats = req.stats
-        yield from self._run(req, prompt, params, self.depth)
+        return Generation(self._run(req, prompt, params, self.depth), req.stats)
 
     @property
     def depth(self) -> int:
         return self.profile.depth
 
-    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
+    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Rounds:
         """generate() of a request already set up: fails at once while a fault stands, and turns a
         failure in the middle into a recorded fault."""
         fault = self.fault

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
-from swiftspec.runtime.base import GenerationStats, RequestState
+from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
@@ -21,7 +21,6 @@ class AutoregressiveEngine:
         self.runner = ModelRunner(target.model, max_seq_len, max_nodes=1)
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
-        self.stats = GenerationStats()
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
 
     def generate(
@@ -30,9 +29,11 @@ class AutoregressiveEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[list[int]]:
+    ) -> Generation:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
-        self.stats = req.stats
+        return Generation(self._run(req, prompt, params), req.stats)
+
+    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams) -> Rounds:
         self.runner.kv.reset()
         rng = make_generator(params.seed, self.runner.device)
         timeline = Timeline()

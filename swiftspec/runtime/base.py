@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Generator, Iterator, Protocol
 
 from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("swiftspec")
 WARMUP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 MAX_PROFILED_DEPTH = 8  # deeper trees outgrow what the draft can keep accurate
+Rounds = Generator[list[int], None, None]  # one request run lazily: the new token ids of each round
 
 
 def serial_depth(t_verify: float, t_expand: float, verify_size: int) -> int:
@@ -62,7 +63,7 @@ class StartupProfile:
 
 @dataclass(slots=True)
 class GenerationStats:
-    """Filled in while a request runs; read after its iterator is exhausted."""
+    """One request's, filled in while it runs (Generation.stats); complete once its rounds are exhausted."""
 
     prompt_tokens: int = 0
     new_tokens: int = 0
@@ -84,10 +85,32 @@ class GenerationStats:
         return (self.new_tokens - 1) / decode_s if self.new_tokens > 1 and decode_s > 0 else 0.0
 
 
-class Engine(Protocol):
-    """Decodes one stream at a time. `generate` yields the tokens of each round as they are final."""
+@dataclass(frozen=True, slots=True, eq=False)
+class Generation:
+    """What Engine.generate returns: one request's rounds and its stats.
 
+    Iterating it runs the request lazily, round by round: each item is the list of new token ids of
+    one round.  `stats` is this request's own, filled in as the rounds run and complete once they
+    are exhausted; nothing about the request is left on the engine.  close() abandons the request
+    the way a consumer that stops reading does (the engine ends it cleanly)."""
+
+    rounds: Rounds = field(repr=False)
     stats: GenerationStats
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self
+
+    def __next__(self) -> list[int]:
+        return next(self.rounds)
+
+    def close(self) -> None:
+        self.rounds.close()
+
+
+class Engine(Protocol):
+    """Decodes one stream at a time. `generate` returns a Generation that yields the tokens of
+    each round as they are final and carries the request's stats."""
+
     tokenizer: "Tokenizer"  # swiftspec.tokenizer.Tokenizer of the target
     max_seq_len: int  # prompt + new tokens must fit in this
     trace: "TraceFile | None"  # while set, every request's timeline is added to it
@@ -99,10 +122,13 @@ class Engine(Protocol):
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[list[int]]:
-        """Yield lists of new token ids (one list per round). Stops at EOS (not yielded),
-        at max_new_tokens, or once should_stop() returns True (checked once per round).
-        Raises EngineFault when a worker fails (the request is lost; recover() before the next)."""
+    ) -> Generation:
+        """One request. Raises UserError at once on bad input (an empty or too long prompt, no
+        tokens asked for); no round runs until the Generation is iterated.  Iterating it yields
+        lists of new token ids (one list per round); it stops at EOS (not yielded), at
+        max_new_tokens, or once should_stop() returns True (checked once per round), and raises
+        EngineFault when a worker fails (the request is lost; recover() before the next).
+        Read the request's stats from the Generation, never from the engine."""
         ...
 
     def recover(self) -> bool:

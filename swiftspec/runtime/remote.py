@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 from swiftspec.config import NO_DRAFT, EngineConfig
 from swiftspec.errors import EngineFault, LinkError, UserError, link_errors
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
 from swiftspec.parallel.rendezvous import Hello, Joined, Listener, connect, read_secret, tokenizer_digest
-from swiftspec.runtime.base import GenerationStats
+from swiftspec.runtime.base import Generation, GenerationStats, Rounds
 from swiftspec.runtime.protocol import DistTransport, Message, Shutdown, Start, Verified
 from swiftspec.sampling import SamplingParams
 
@@ -36,6 +36,19 @@ def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: sw
                  max_seq_len=load.max_seq_len)
 
 
+def add_tail(stats: GenerationStats, tail: GenerationStats, offset_s: float) -> None:
+    """Add to a request's stats those of its ar tail (the rest of it after the link failed), which
+    began offset_s into the request."""
+    if tail.new_tokens and not stats.new_tokens:
+        stats.ttft_s = offset_s + tail.ttft_s
+    if tail.new_tokens:
+        stats.total_s = offset_s + tail.total_s
+    stats.new_tokens += tail.new_tokens
+    stats.rounds += tail.rounds
+    stats.verify_s += tail.verify_s
+    stats.accept_lengths += tail.accept_lengths
+
+
 class RemoteEngine:
     """Target host: async with a linked draft host, else ar (degraded) until one joins."""
 
@@ -50,7 +63,6 @@ class RemoteEngine:
         self.tokenizer = self.target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
         self.ar = AutoregressiveEngine(self.target, self.max_seq_len)
-        self.stats = GenerationStats()
         self.trace = None
         self.session = None  # AsyncEngine while a draft host is linked
         self._beat, self._seen = 0, 0.0  # the draft's idle heartbeat, and when it last moved
@@ -107,32 +119,44 @@ class RemoteEngine:
         return now - self._seen > self.remote.link_timeout
 
     def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
-                 should_stop: Callable[[], bool] | None = None) -> Iterator[list[int]]:
+                 should_stop: Callable[[], bool] | None = None) -> Generation:
+        """async while a draft host is linked, else ar; bad input raises UserError here, before
+        anything runs (a linked draft host stays linked)."""
         if self.session is None:
             self._join()
-        emitted: list[int] = []
-        if self.session is not None:
-            self.session.trace = self.trace
-            try:
-                for out in self.session.generate(prompt, params, max_new_tokens, should_stop):
-                    emitted += out
-                    yield out
-                self.stats = self.session.stats
-                self._seen = time.monotonic()
-                return
-            except EngineFault as exc:  # the link failed: finish this request without the draft
-                self._drop(str(exc))
-            except BaseException:
-                self._drop("a request failed with the groups out of step")
-                raise
-        yield from self._ar(prompt + emitted, params, max_new_tokens - len(emitted), should_stop)
+        if self.session is None:
+            self.ar.trace = self.trace
+            return self.ar.generate(prompt, params, max_new_tokens, should_stop)
+        start = time.perf_counter()
+        self.session.trace = self.trace
+        linked = self.session.generate(prompt, params, max_new_tokens, should_stop)
+        budget = min(max_new_tokens, self.max_seq_len - len(prompt))  # what the context leaves room for
+        return Generation(self._linked(linked, start, prompt, params, budget, should_stop), linked.stats)
 
-    def _ar(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
-            should_stop: Callable[[], bool] | None) -> Iterator[list[int]]:
-        self.ar.trace = self.trace
-        if max_new_tokens > 0:
-            yield from self.ar.generate(prompt, params, max_new_tokens, should_stop)
-        self.stats = self.ar.stats
+    def _linked(self, linked: Generation, start: float, prompt: list[int], params: SamplingParams, budget: int,
+                should_stop: Callable[[], bool] | None) -> Rounds:
+        """The rounds of an async request (begun at perf_counter() `start`, `budget` new tokens at
+        most); if the link fails, the rest of them in ar, added to the request's stats."""
+        emitted: list[int] = []
+        try:
+            for out in linked:
+                emitted += out
+                yield out
+            self._seen = time.monotonic()
+            return
+        except EngineFault as exc:  # the link failed: finish this request without the draft
+            self._drop(str(exc))
+        except BaseException:
+            self._drop("a request failed with the groups out of step")
+            raise
+        if budget > len(emitted):
+            self.ar.trace = self.trace
+            offset_s = time.perf_counter() - start
+            tail = self.ar.generate(prompt + emitted, params, budget - len(emitted), should_stop)
+            try:
+                yield from tail
+            finally:
+                add_tail(linked.stats, tail.stats, offset_s)
 
     def close(self) -> None:
         if self.session is not None:

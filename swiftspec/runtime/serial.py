@@ -6,15 +6,17 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.runtime.base import (
     WARMUP_PROMPT,
+    Generation,
     GenerationStats,
     RequestState,
+    Rounds,
     StartupProfile,
     deepest_depth,
     log,
@@ -51,12 +53,10 @@ class SerialEngine:
         self.drafter = drafter
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
-        self.stats = GenerationStats()
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
         self.timelines = (Timeline(), Timeline())  # this request's (target, draft) spans
-        self.costs = RoundCosts()
         self.profile = self._profile()
-        self.costs.verify_s = list(self.profile.verify_s)
+        self.costs = RoundCosts(verify_s=list(self.profile.verify_s))  # the running costs of every request
 
     @property
     def depth(self) -> int:
@@ -82,21 +82,20 @@ class SerialEngine:
         """Time a short warm-up at d = PROFILE_DEPTH (the second of two: the first pays one-time
         costs), then serial_depth (logged)."""
         prompt = self.tokenizer.encode(WARMUP_PROMPT)
-        for _ in range(2):
-            self.costs = RoundCosts()  # both times come from the last warm-up alone
-            stats = self._warmup(prompt, PROFILE_DEPTH)
-        t_verify, t_expand = stats.verify_s / max(1, stats.rounds), self.costs.expand_s
+        for _ in range(2):  # both times come from the last warm-up alone
+            stats, costs = self._warmup(prompt, PROFILE_DEPTH)
+        t_verify, t_expand = stats.verify_s / max(1, stats.rounds), costs.expand_s
         depth = serial_depth(t_verify, t_expand, self.cfg.verify_size)
         log.warning("tree: t_target %.1f ms, t_draft %.1f ms per expansion; using d=%d",
                     1e3 * t_verify, 1e3 * t_expand, depth)
         return StartupProfile(depth=depth, t_target_s=t_verify, t_draft_s=t_expand)
 
-    def _warmup(self, prompt: list[int], depth: int) -> GenerationStats:
-        """Run a 16-token greedy request at d = depth; its stats."""
-        req = RequestState(prompt, 16, self.max_seq_len, self.tokenizer.eos_token_ids)
-        for _ in self._run(req, prompt, SamplingParams(), depth):
+    def _warmup(self, prompt: list[int], depth: int) -> tuple[GenerationStats, RoundCosts]:
+        """Run a 16-token greedy request at d = depth with costs of its own; its stats and costs."""
+        req, costs = RequestState(prompt, 16, self.max_seq_len, self.tokenizer.eos_token_ids), RoundCosts()
+        for _ in self._run(req, prompt, SamplingParams(), depth, costs):
             pass
-        return req.stats
+        return req.stats, costs
 
     def _profile_verify(self) -> list[float]:
         """Seconds to verify 1..bs nodes after the warm-up prompt (logged)."""
@@ -110,12 +109,13 @@ class SerialEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[list[int]]:
+    ) -> Generation:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
-        self.stats = req.stats
-        yield from self._run(req, prompt, params, self.depth)
+        return Generation(self._run(req, prompt, params, self.depth, self.costs), req.stats)
 
-    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
+    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int,
+             costs: RoundCosts) -> Rounds:
+        """The request's rounds at d = depth; each round reads and updates `costs`."""
         target_tl, draft_tl = self.timelines = (Timeline(), Timeline())
         rng = make_generator(params.seed, self.target.runner.device)
         try:
@@ -129,22 +129,23 @@ class SerialEngine:
             with draft_tl.span("prefill"):
                 self.drafter.start(prompt, first[0], params)
             while not req.done:
-                out = req.emit(self.step(params, rng, req.stats, depth))
+                out = req.emit(self.step(params, rng, req.stats, depth, costs))
                 if out:
                     yield out
         finally:
             if self.trace is not None:
                 self.trace.add(request_trace(target_tl, draft_tl))
 
-    def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats, depth: int) -> list[int]:
+    def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats, depth: int,
+             costs: RoundCosts) -> list[int]:
         """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
         adapt = self._adapts(params)
-        floor = self.costs.min_weight() if adapt else -math.inf
+        floor = costs.min_weight() if adapt else -math.inf
         expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         t_select = time.perf_counter()
-        costs = self.costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-        sub = self.drafter.subtree(self.cfg.verify_size, costs, t_select - t0 + self.costs.other_s, self.costs.trust())
+        verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
+        sub = self.drafter.subtree(self.cfg.verify_size, verify_costs, t_select - t0 + costs.other_s, costs.trust())
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
         t_verify = time.perf_counter()
@@ -157,7 +158,7 @@ class SerialEngine:
         t3 = time.perf_counter()
         nodes = sub.tokens.shape[0]
         self._record(RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), nodes)
-        self.costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promised))
+        costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promised))
         stats.draft_s += (t1 - t0) + (t3 - t2)
         stats.verify_s += t2 - t1
         stats.rounds += 1

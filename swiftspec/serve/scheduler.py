@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 import threading
 import time
@@ -202,13 +201,15 @@ class Scheduler:
         """Drive the engine for one job; any engine error is handed to the request, not raised."""
         log.debug("started %s", job.request_id)
         error: Exception | None = None
-        count, first, last = 0, None, 0.0
+        stats, count, first, last = GenerationStats(), 0, None, 0.0
         try:
-            for ids in self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set):
+            generation = self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set)
+            for ids in generation:
                 last = time.perf_counter()
                 first = last if first is None else first
                 count += len(ids)
                 job.deliver(list(ids))
+            stats = generation.stats  # this job's own; an error leaves the empty stats
         except (UserError, EngineFault) as exc:  # one line says it all
             error = exc
             if isinstance(exc, EngineFault):
@@ -217,7 +218,5 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the worker must outlive any one request
             log.exception("request %s failed in the engine", job.request_id)
             error = exc
-        stats = self.engine.stats  # only this job's when it ran without error; copied before the next
-        stats = GenerationStats() if error else dataclasses.replace(stats, accept_lengths=list(stats.accept_lengths))
         ttft = None if first is None else first - job.arrived
         return JobEnd(error, stats, count, ttft, 0.0 if first is None else last - first)

@@ -14,7 +14,7 @@ import uvicorn
 
 from swiftspec.config import EngineConfig, LoadConfig, ServerConfig, TreeConfig
 from swiftspec.runtime import build_engine
-from swiftspec.runtime.base import Engine, GenerationStats
+from swiftspec.runtime.base import Engine, Generation, GenerationStats, Rounds
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve.server import create_app
 from swiftspec.tokenizer import Tokenizer
@@ -101,18 +101,20 @@ class ScriptedEngine:
         self.rounds = rounds
         self.round_s = round_s
         self.max_seq_len = max_seq_len
-        self.stats = GenerationStats()
 
     def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
-                 should_stop: Callable[[], bool] | None = None) -> Iterator[list[int]]:
-        self.stats = GenerationStats(prompt_tokens=len(prompt))
+                 should_stop: Callable[[], bool] | None = None) -> Generation:
+        stats = GenerationStats(prompt_tokens=len(prompt))
+        return Generation(self._rounds(stats, max_new_tokens, should_stop), stats)
+
+    def _rounds(self, stats: GenerationStats, max_new_tokens: int, should_stop: Callable[[], bool] | None) -> Rounds:
         left = max_new_tokens
         for ids in self.rounds:
             time.sleep(self.round_s)
             out = ids[:left]
             left -= len(out)
-            self.stats.new_tokens += len(out)
-            self.stats.accept_lengths.append(len(out))
+            stats.new_tokens += len(out)
+            stats.accept_lengths.append(len(out))
             yield out
             if left <= 0 or (should_stop is not None and should_stop()):
                 return

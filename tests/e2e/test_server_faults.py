@@ -18,6 +18,7 @@ import pytest
 from injection import Injection
 from server_harness import MODEL, LiveServer, tiny_async_engine
 
+from swiftspec.runtime.base import Generation
 from spec_stats import sharp_pair
 
 PROMPT = "def fibonacci(n):"
@@ -109,6 +110,20 @@ def wait_until(condition, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
+def watch_generations(engine) -> list[Generation]:
+    """From now on, every Generation the engine's generate() returns, newest last: their stats
+    say how far each request has come."""
+    returned: list[Generation] = []
+    generate = engine.generate
+
+    def watched(*args, **kwargs) -> Generation:
+        returned.append(generate(*args, **kwargs))
+        return returned[-1]
+
+    engine.generate = watched
+    return returned
+
+
 def metric(srv: LiveServer, line_start: str) -> float:
     for line in httpx.get(srv.url + "/metrics").text.splitlines():
         if line.startswith(line_start + " "):
@@ -193,12 +208,12 @@ def test_killed_worker_fails_a_whole_response_with_503(tiny_qwen_dir: Path, tiny
     with tiny_async_engine(tiny_qwen_dir, tiny_draft_dir) as engine, LiveServer(engine, max_tokens=LONG) as srv:
         client = client_for(srv)
         answer: dict = {}
-        warmup = engine.stats
+        generations = watch_generations(engine)
         thread = threading.Thread(target=lambda: answer.update(r=httpx.post(
             srv.url + "/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": LONG,
                                                "temperature": 0}, timeout=120)), daemon=True)
         thread.start()
-        wait_until(lambda: engine.stats is not warmup and engine.stats.new_tokens > 20)  # decoding
+        wait_until(lambda: generations and generations[-1].stats.new_tokens > 20)  # decoding
         os.kill(worker_pid(engine, "draft"), signal.SIGKILL)
         thread.join(timeout=120)
         r = answer["r"]
