@@ -1,4 +1,4 @@
-"""The `swiftspec` command: generate, serve, worker, bench, demo, trace, info and models."""
+"""The `swiftspec` command: generate, serve, worker, bench, demo, forecast, perplexity, trace, info and models."""
 
 from __future__ import annotations
 
@@ -62,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     from swiftspec.cli import trace_view
 
     trace_view.add_arguments(trace)
+
+    fc = sub.add_parser("forecast", help="predicted tok/s of each mode here, and of async with the draft on a second host")
+    add_engine_arguments(fc, with_mode=False)
+    from swiftspec.cli import forecast
+
+    forecast.add_arguments(fc)
 
     info = sub.add_parser("info", help="CPU features, the ISA level in use and the path of each kernel")
     info.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -157,6 +163,10 @@ def run(argv: list[str] | None = None) -> int:
         from swiftspec.cli import trace_view
 
         return trace_view.run(args)
+    if args.command == "forecast":
+        from swiftspec.cli import forecast
+
+        return forecast.run(args, engine_config_from_args(args, mode="auto"))
     if args.command == "info":
         return _info(args)
     if args.command == "perplexity":

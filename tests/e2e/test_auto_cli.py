@@ -49,3 +49,20 @@ def test_an_explicit_mode_refuses_foreign_flags(tiny_qwen_dir: Path, capsys: pyt
     rc = main(["generate", "x", "--model", str(tiny_qwen_dir), "--mode", "ar", "--chain-length", "3"])
     err = capsys.readouterr().err
     assert rc == 2 and err == "error: --chain-length applies to chain only; --mode ar would ignore it\n"
+
+
+def test_forecast_prints_each_mode_and_the_two_host_break_even(tmp_cache: Path, tiny_qwen_dir: Path,
+                                                                tiny_draft_dir: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    pair = ["--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--device", "cpu",
+            "--dtype", "float32", "--max-seq-len", "256"]
+    assert main(["forecast", *pair, "--rtt-ms", "2", "--draft-speed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert AUTO_LINE.search(out)
+    assert all(re.search(rf"^  {m}\b.*: [\d.]+ tok/s predicted", out, re.M) for m in MODES)
+    assert re.search(r"^one host: tree [\d.]+ tok/s, async [\d.]+ tok/s", out, re.M)
+    assert re.search(r"^two hosts \(draft x1, rtt 2 ms\)", out, re.M)
+    assert re.search(r"^two hosts \(draft x3, rtt 2 ms\)", out, re.M)
+    assert re.search(r"^break-even: ", out, re.M)
+    assert main(["forecast", *pair, "--rtt-ms", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --rtt-ms must be >= 0 and --draft-speed > 0\n"
