@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
 from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
