@@ -28,11 +28,6 @@ def sharp_pair_dirs(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight other tests for the cores)."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _tiny_models_on_one_thread(one_thread):
+    """Tiny models run fastest on one thread (and do not fight other tests for the cores): every
+    test here runs under tests/conftest.py's one_thread."""
