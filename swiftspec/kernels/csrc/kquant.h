@@ -29,7 +29,7 @@ struct KAct {
   int64_t K;
 };
 constexpr int kPassAvx512 = 8;  // rows per pass of each path
-constexpr int kPassAvx2 = 2;
+constexpr int kPassAvx2 = 4;      // more ymm than 16 (the compiler spills some); 2 rows unpack twice as often
 constexpr int kPassAvxVnni = 4;  // int32 sums of 4 rows x 2 halves, weights and scales: 16 ymm
 
 // One packed weight, T = ceil(N / 16) tiles of 16 channels (layouts: swiftspec/kernels/quant.py).
