@@ -14,6 +14,10 @@ import torch
 
 COST_SMOOTHING = 0.2  # weight of the latest round in the running cost averages
 MIN_TRUST = 0.05  # the least RoundCosts.trust() says, so that the rules never divide by zero
+# The highest break-even path probability: leaves at least this likely are always expanded.  A
+# floor of 1 would end drafting for good, since rounds without expansions (and without draft nodes
+# verified) never measure expand_s or trust again (seen under host load: every round 1 token).
+MAX_FLOOR = 0.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +82,10 @@ class RoundCosts:
         return min(1.0, max(MIN_TRUST, self.accepted / self.promised))
 
     def min_weight(self) -> float:
-        """log of the break-even path probability (-inf until both costs are known)."""
+        """log of the break-even path probability, at most log(MAX_FLOOR) (-inf until both costs are known)."""
         if not self.expand_s or not self.token_s:
             return -math.inf
-        return math.log(min(1.0, self.expand_s / (self.token_s * self.trust())))
+        return math.log(min(MAX_FLOOR, self.expand_s / (self.token_s * self.trust())))
 
     def verify_costs(self) -> torch.Tensor | None:
         """verify_s as a [bs] tensor made non-decreasing (more rows never cost less; a noisy

@@ -13,7 +13,7 @@ from swiftspec.config import TreeConfig
 from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
 from swiftspec.runtime.serial import SerialEngine
-from swiftspec.spec.costs import MIN_TRUST, RoundCosts, RoundTimes
+from swiftspec.spec.costs import MAX_FLOOR, MIN_TRUST, RoundCosts, RoundTimes
 from swiftspec.tree import best_size
 
 
@@ -61,7 +61,7 @@ def test_round_costs_give_the_break_even_path_probability() -> None:
     assert costs.token_s == pytest.approx(0.8 * 0.05 + 0.2 * 0.10)
     assert costs.other_s == pytest.approx(0.8 * 0.05 + 0.2 * 0.05)  # outside drafting and verification
     costs.update(RoundTimes(1.0, 1, 8, 0.0, 1.0, 10))  # a draft dearer than a token
-    assert costs.min_weight() <= 0.0
+    assert costs.min_weight() == pytest.approx(math.log(MAX_FLOOR))  # the likeliest leaves still expand
 
 
 def test_round_costs_distrust_promises_that_fail() -> None:
