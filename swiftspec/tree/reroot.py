@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from swiftspec.tree.tree import TokenTree, ancestor_mask
+from swiftspec.tree.tree import TokenTree, descendants
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -42,7 +42,7 @@ def reroot(tree: TokenTree, emitted: list[int] | Tensor) -> Reroot:
     if len(walk) <= len(tokens):  # some emitted token has no node
         return Reroot(path=torch.tensor(walk, device=device), tree=None, index_map=dropped)
     root = walk[-1]
-    nodes = ancestor_mask(tree)[:, root].nonzero().squeeze(-1)  # root's descendants, ascending
+    nodes = descendants(tree, root).nonzero().squeeze(-1)  # root's descendants, ascending
     index_map = dropped.index_put((nodes,), torch.arange(nodes.shape[0], device=device))
     parents = tree.parents[nodes]
     is_root = nodes == root

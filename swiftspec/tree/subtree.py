@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from swiftspec.tree.tree import TokenTree, ancestor_mask
+from swiftspec.tree.tree import TokenTree, ancestor_rows, mask_from_parents, path_key
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -37,10 +37,7 @@ def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spen
     """
     if size < 1:
         raise ValueError(f"a subtree holds at least the root, got size {size}")
-    mask = ancestor_mask(tree)  # [N, N]
-    inf = torch.tensor(float("inf"), device=mask.device)
-    key = torch.where(mask, tree.weights, inf).amin(-1)  # path_key, reusing the mask
-    ranked = key.sort(descending=True, stable=True)
+    ranked = path_key(tree).sort(descending=True, stable=True)
     nodes = ranked.indices[:size]  # [n] best first
     if costs is not None:
         n = nodes.shape[0]
@@ -50,11 +47,12 @@ def select_subtree(tree: TokenTree, size: int, costs: Tensor | None = None, spen
     local = torch.full_like(tree.parents, -1)
     local[nodes] = torch.arange(nodes.shape[0], device=nodes.device)
     parents = tree.parents[nodes]
-    sub_mask = mask[nodes][:, nodes]
+    parents = torch.where(parents >= 0, local[parents.clamp_min(0)], parents)  # [n] local
+    sub_mask = mask_from_parents(parents)  # [n, n]: the set is ancestor-closed
     return Subtree(
         nodes=nodes,
         tokens=tree.tokens[nodes],
-        parents=torch.where(parents >= 0, local[parents.clamp_min(0)], parents),
+        parents=parents,
         depths=sub_mask.sum(-1) - 1,
         mask=sub_mask,
     )
@@ -88,7 +86,7 @@ def draft_mask(
     Row i sees every slot below prefix_len (the verified prefix) and the slots of leaf i and
     of its ancestors. Slots must lie below `width`; unused columns stay False (static shape).
     """
-    paths = ancestor_mask(tree)[leaves] & (node_slot >= 0)  # [w, N]
+    paths = ancestor_rows(tree, leaves) & (node_slot >= 0)  # [w, N]
     columns = torch.where(paths, node_slot, width)  # `width` is a scratch column
     mask = torch.zeros(leaves.shape[0], width + 1, dtype=torch.bool, device=leaves.device)
     mask.scatter_(1, columns, True)

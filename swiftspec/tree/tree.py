@@ -50,6 +50,11 @@ def _jumps(num_nodes: int) -> int:
     return max(num_nodes - 2, 0).bit_length()
 
 
+def _full_jumps(num_nodes: int) -> int:
+    """Pointer-jumping rounds from a node alone (0 edges) to its whole root path (num_nodes - 1 edges)."""
+    return max(num_nodes - 1, 0).bit_length()
+
+
 def depths_from_parents(parents: Tensor) -> Tensor:
     """Depth of every node (root 0): parents [..., N] -> [..., N] int64, no host sync."""
     depth = (parents >= 0).long()  # distance from each node to `up`
@@ -126,6 +131,37 @@ def path_to(tree: TokenTree, node: int) -> Tensor:
 def path_key(tree: TokenTree) -> Tensor:
     """[N] float32: the smallest weight on each node's root path.  It never grows from parent to
     child (even with float ties or log-probs above 0), so ranking by it, ties to the lower index,
-    lists every node after its ancestors."""
-    inf = torch.tensor(float("inf"), device=tree.weights.device)
-    return torch.where(ancestor_mask(tree), tree.weights, inf).amin(-1)
+    lists every node after its ancestors.  Pointer jumping over [N] vectors (no [N, N] mask)."""
+    key = tree.weights.clone()
+    up = tree.parents.clone()  # each node's 2^j-th ancestor, -1 past the root
+    for _ in range(_full_jumps(len(tree))):
+        above = up >= 0
+        key = torch.where(above, torch.minimum(key, key.gather(-1, up.clamp_min(0))), key)
+        up = torch.where(above, up.gather(-1, up.clamp_min(0)), -1)
+    return key
+
+
+def descendants(tree: TokenTree, node: int) -> Tensor:
+    """[N] bool: True at `node` and at every node below it.  Pointer jumping, no host sync."""
+    below = torch.arange(len(tree), device=tree.parents.device) == node
+    up = tree.parents.clone()
+    for _ in range(_full_jumps(len(tree))):
+        above = up >= 0
+        below = below | (above & below.gather(-1, up.clamp_min(0)))
+        up = torch.where(above, up.gather(-1, up.clamp_min(0)), -1)
+    return below
+
+
+def ancestor_rows(tree: TokenTree, nodes: Tensor) -> Tensor:
+    """ancestor_mask(tree)[nodes] without the [N, N] mask: [w, N] bool, row i True at nodes[i]
+    and its ancestors.  Node j is one iff it lies depth(nodes[i]) - depth(j) >= 0 steps up from
+    nodes[i]; that many steps are taken by binary lifting (no host sync)."""
+    n = len(tree)
+    depth = depths(tree)  # [N]
+    steps = depth[nodes].unsqueeze(-1) - depth  # [w, N]
+    at = nodes.unsqueeze(-1).expand(steps.shape)  # [w, N]: where the walk up from nodes[i] is
+    lift = tree.parents.clamp_min(0)  # each node's 2^k-th ancestor (the root stays put)
+    for k in range(_full_jumps(n)):
+        at = torch.where((steps >> k) & 1 == 1, lift[at], at)
+        lift = lift.gather(-1, lift)
+    return (steps >= 0) & (at == torch.arange(n, device=nodes.device))

@@ -13,12 +13,15 @@ from swiftspec.sampling import make_generator
 from swiftspec.tree import (
     TokenTree,
     ancestor_mask,
+    ancestor_rows,
     best_size,
     depths,
+    descendants,
     draft_mask,
     grow,
     mask_from_parents,
     new_tree,
+    path_key,
     path_to,
     positions,
     reroot,
@@ -91,6 +94,30 @@ def test_derived_structure_matches_naive(tree, prefix_len):
         kids = [j for j in range(n) if parents[j] == i]
         later = [j for j in range(i + 1, n) if parents[j] == parents[i] and i > 0]
         assert first[i] == (kids[0] if kids else -1) and following[i] == (later[0] if later else -1)
+
+
+@FAST
+@given(tree=trees(max_nodes=17, monotone=False), data=st.data())  # <= VOCAB children per node
+def test_pointer_jumping_equals_the_ancestor_mask(tree, data):
+    """path_key, descendants and ancestor_rows (vectors, no [N, N] mask) give what the mask gives."""
+    mask, n = ancestor_mask(tree), len(tree)
+    assert torch.equal(path_key(tree), torch.where(mask, tree.weights, torch.tensor(float("inf"))).amin(-1))
+    node = data.draw(st.integers(0, n - 1))
+    assert torch.equal(descendants(tree, node), mask[:, node])
+    nodes = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=8)))
+    assert torch.equal(ancestor_rows(tree, nodes), mask[nodes])
+
+
+def test_pointer_jumping_covers_a_chain():
+    """A chain of 2^k + 1 nodes needs every jump: the deepest node sees the root."""
+    for n in (2, 3, 5, 9, 17, 33):
+        parents = torch.arange(-1, n - 1)
+        weights = torch.cat([torch.tensor([-5.0]), torch.zeros(n - 1)])  # the root holds the minimum
+        tree = TokenTree(tokens=torch.zeros(n, dtype=torch.int64), parents=parents, logprobs=weights.clone(),
+                         weights=weights, expanded=torch.zeros(n, dtype=torch.bool))
+        assert path_key(tree).eq(-5.0).all()
+        assert descendants(tree, 0).all()
+        assert ancestor_rows(tree, torch.tensor([n - 1])).all()
 
 
 @FAST
@@ -281,6 +308,7 @@ def test_tree_functions_need_no_host_sync():
     assert positions(tree, 4).shape == (6,) and ancestor_mask(tree).shape == (6, 6)
     assert select_subtree(tree, 4).mask.shape == (4, 4)
     assert draft_mask(tree, ids[:2], ids, 3, 16).shape == (2, 16)
+    assert path_key(tree).shape == (6,) and descendants(tree, 2).shape == (6,)
     children = topk_children(torch.zeros(2, 9, **meta), 3)
     assert len(grow(tree, ids[:2], *children, budget=9)) == 9
 
