@@ -65,15 +65,23 @@ def depths_from_parents(parents: Tensor) -> Tensor:
     return depth
 
 
-def path_weights(parents: Tensor, logprobs: Tensor) -> Tensor:
-    """Sum of logprobs [N] from the root to every node (root included): [N] float32, no host sync."""
-    weights = logprobs.float().clone()
+def _along_paths(parents: Tensor, values: Tensor, combine, rounds: int) -> Tensor:
+    """values [N] folded along root paths by pointer jumping: each round, node i combines its value
+    with that of its 2^j-th ancestor, so after `rounds` rounds it covers itself and its ancestors
+    up to 2^rounds - 1 edges up (combine must treat those segments as disjoint, or be idempotent).
+    No host sync."""
     up = parents.clone()  # each node's 2^j-th ancestor, -1 past the root
-    for _ in range(_jumps(parents.shape[-1])):
+    for _ in range(rounds):
         above = up >= 0
-        weights = weights + torch.where(above, weights.gather(-1, up.clamp_min(0)), 0.0)
+        values = torch.where(above, combine(values, values.gather(-1, up.clamp_min(0))), values)
         up = torch.where(above, up.gather(-1, up.clamp_min(0)), -1)
-    return weights
+    return values
+
+
+def path_weights(parents: Tensor, logprobs: Tensor) -> Tensor:
+    """Sum of logprobs [N] from the root to every node (root included): [N] float32, no host sync.
+    (_jumps rounds leave out at most the root, whose log-prob is 0.)"""
+    return _along_paths(parents, logprobs.float(), torch.add, _jumps(parents.shape[-1]))
 
 
 def mask_from_parents(parents: Tensor) -> Tensor:
@@ -132,24 +140,13 @@ def path_key(tree: TokenTree) -> Tensor:
     """[N] float32: the smallest weight on each node's root path.  It never grows from parent to
     child (even with float ties or log-probs above 0), so ranking by it, ties to the lower index,
     lists every node after its ancestors.  Pointer jumping over [N] vectors (no [N, N] mask)."""
-    key = tree.weights.clone()
-    up = tree.parents.clone()  # each node's 2^j-th ancestor, -1 past the root
-    for _ in range(_full_jumps(len(tree))):
-        above = up >= 0
-        key = torch.where(above, torch.minimum(key, key.gather(-1, up.clamp_min(0))), key)
-        up = torch.where(above, up.gather(-1, up.clamp_min(0)), -1)
-    return key
+    return _along_paths(tree.parents, tree.weights, torch.minimum, _full_jumps(len(tree)))
 
 
 def descendants(tree: TokenTree, node: int) -> Tensor:
     """[N] bool: True at `node` and at every node below it.  Pointer jumping, no host sync."""
-    below = torch.arange(len(tree), device=tree.parents.device) == node
-    up = tree.parents.clone()
-    for _ in range(_full_jumps(len(tree))):
-        above = up >= 0
-        below = below | (above & below.gather(-1, up.clamp_min(0)))
-        up = torch.where(above, up.gather(-1, up.clamp_min(0)), -1)
-    return below
+    node_alone = torch.arange(len(tree), device=tree.parents.device) == node
+    return _along_paths(tree.parents, node_alone, torch.logical_or, _full_jumps(len(tree)))
 
 
 def ancestor_rows(tree: TokenTree, nodes: Tensor) -> Tensor:
