@@ -6,7 +6,6 @@ from swiftspec.tree.reroot import Reroot, reroot
 from swiftspec.tree.subtree import Subtree, best_size, draft_mask, select_subtree
 from swiftspec.tree.tree import (
     TokenTree,
-    ancestor_mask,
     ancestor_rows,
     depths,
     depths_from_parents,
@@ -25,7 +24,6 @@ __all__ = [
     "Reroot",
     "Subtree",
     "TokenTree",
-    "ancestor_mask",
     "ancestor_rows",
     "best_size",
     "depths",

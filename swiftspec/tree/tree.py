@@ -122,11 +122,6 @@ def positions(tree: TokenTree, prefix_len: int) -> Tensor:
     return depths(tree) + prefix_len
 
 
-def ancestor_mask(tree: TokenTree) -> Tensor:
-    """[N, N] bool; row i is True at i and at each of its ancestors."""
-    return mask_from_parents(tree.parents)
-
-
 def path_to(tree: TokenTree, node: int) -> Tensor:
     """Indices root .. node (inclusive), int64. Walks on the host."""
     parents = tree.parents.tolist()
@@ -150,7 +145,7 @@ def descendants(tree: TokenTree, node: int) -> Tensor:
 
 
 def ancestor_rows(tree: TokenTree, nodes: Tensor) -> Tensor:
-    """ancestor_mask(tree)[nodes] without the [N, N] mask: [w, N] bool, row i True at nodes[i]
+    """mask_from_parents(tree.parents)[nodes] without the [N, N] mask: [w, N] bool, row i True at nodes[i]
     and its ancestors.  Node j is one iff it lies depth(nodes[i]) - depth(j) >= 0 steps up from
     nodes[i]; that many steps are taken by binary lifting (no host sync)."""
     n = len(tree)

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from swiftspec.sampling import make_generator
 from swiftspec.tree import (
     TokenTree,
-    ancestor_mask,
     ancestor_rows,
     best_size,
     depths,
@@ -83,7 +82,7 @@ def test_derived_structure_matches_naive(tree, prefix_len):
     _assert_well_formed(tree)
     parents, n = tree.parents.tolist(), len(tree)
     naive = torch.tensor([[j in _ancestors(parents, i) for j in range(n)] for i in range(n)])
-    assert torch.equal(ancestor_mask(tree), naive)
+    assert torch.equal(mask_from_parents(tree.parents), naive)
     naive_depths = torch.tensor([len(_ancestors(parents, i)) - 1 for i in range(n)])
     assert torch.equal(depths(tree), naive_depths)
     assert torch.equal(positions(tree, prefix_len), naive_depths + prefix_len)
@@ -100,7 +99,7 @@ def test_derived_structure_matches_naive(tree, prefix_len):
 @given(tree=trees(max_nodes=17, monotone=False), data=st.data())  # <= VOCAB children per node
 def test_pointer_jumping_equals_the_ancestor_mask(tree, data):
     """path_key, descendants and ancestor_rows (vectors, no [N, N] mask) give what the mask gives."""
-    mask, n = ancestor_mask(tree), len(tree)
+    mask, n = mask_from_parents(tree.parents), len(tree)
     assert torch.equal(path_key(tree), torch.where(mask, tree.weights, torch.tensor(float("inf"))).amin(-1))
     node = data.draw(st.integers(0, n - 1))
     assert torch.equal(descendants(tree, node), mask[:, node])
@@ -219,7 +218,7 @@ def test_subtree_is_best_ancestor_closed_set(tree, size):
     assert sub.tokens.tolist() == [tree.tokens[i] for i in nodes]
     assert sub.parents.tolist() == [-1] + [nodes.index(parents[i]) for i in nodes[1:]]
     assert torch.equal(sub.depths, depths(tree)[sub.nodes])
-    assert torch.equal(sub.mask, ancestor_mask(tree)[sub.nodes][:, sub.nodes])
+    assert torch.equal(sub.mask, mask_from_parents(tree.parents)[sub.nodes][:, sub.nodes])
 
 
 @FAST
@@ -305,7 +304,7 @@ def test_tree_functions_need_no_host_sync():
     ids = torch.zeros(6, dtype=torch.int64, **meta)
     tree = TokenTree(tokens=ids, parents=ids, logprobs=torch.zeros(6, **meta),
                      weights=torch.zeros(6, **meta), expanded=torch.zeros(6, dtype=torch.bool, **meta))
-    assert positions(tree, 4).shape == (6,) and ancestor_mask(tree).shape == (6, 6)
+    assert positions(tree, 4).shape == (6,) and mask_from_parents(tree.parents).shape == (6, 6)
     assert select_subtree(tree, 4).mask.shape == (4, 4)
     assert draft_mask(tree, ids[:2], ids, 3, 16).shape == (2, 16)
     assert path_key(tree).shape == (6,) and descendants(tree, 2).shape == (6,)
