@@ -142,6 +142,11 @@ class Engine(Protocol):
         ...
 
 
+def token_budget(prompt_len: int, max_new_tokens: int, max_seq_len: int) -> int:
+    """The most tokens a request may emit: what it asks for, within what the context leaves."""
+    return min(max_new_tokens, max_seq_len - prompt_len)
+
+
 class RequestState:
     """Tracks one request: clips each round's tokens at EOS and the token budget, and times it."""
 
@@ -159,7 +164,7 @@ class RequestState:
             raise UserError(f"the prompt has {len(prompt)} tokens; the context holds {max_seq_len}")
         if max_new_tokens < 1:
             raise UserError(f"max tokens must be >= 1, got {max_new_tokens}")
-        self.remaining = min(max_new_tokens, max_seq_len - len(prompt))
+        self.remaining = token_budget(len(prompt), max_new_tokens, max_seq_len)
         self.eos_ids = eos_ids
         self.should_stop = should_stop
         self.stats = GenerationStats(prompt_tokens=len(prompt))

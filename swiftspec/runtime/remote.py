@@ -19,7 +19,7 @@ from swiftspec.config import NO_DRAFT, EngineConfig
 from swiftspec.errors import EngineFault, LinkError, UserError, link_errors
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
 from swiftspec.parallel.rendezvous import Hello, Joined, Listener, connect, read_secret, tokenizer_digest
-from swiftspec.runtime.base import Generation, GenerationStats, Rounds
+from swiftspec.runtime.base import Generation, GenerationStats, Rounds, token_budget
 from swiftspec.runtime.protocol import DistTransport, Message, Shutdown, Start, Verified
 from swiftspec.sampling import SamplingParams
 
@@ -130,7 +130,7 @@ class RemoteEngine:
         start = time.perf_counter()
         self.session.trace = self.trace
         linked = self.session.generate(prompt, params, max_new_tokens, should_stop)
-        budget = min(max_new_tokens, self.max_seq_len - len(prompt))  # what the context leaves room for
+        budget = token_budget(len(prompt), max_new_tokens, self.max_seq_len)
         return Generation(self._linked(linked, start, prompt, params, budget, should_stop), linked.stats)
 
     def _linked(self, linked: Generation, start: float, prompt: list[int], params: SamplingParams, budget: int,

@@ -54,7 +54,6 @@ class SerialEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
-        self.timelines = (Timeline(), Timeline())  # this request's (target, draft) spans
         self.profile = self._profile()
         self.costs = RoundCosts(verify_s=list(self.profile.verify_s))  # the running costs of every request
 
@@ -116,7 +115,7 @@ class SerialEngine:
     def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int,
              costs: RoundCosts) -> Rounds:
         """The request's rounds at d = depth; each round reads and updates `costs`."""
-        target_tl, draft_tl = self.timelines = (Timeline(), Timeline())
+        timelines = target_tl, draft_tl = Timeline(), Timeline()  # this request's spans
         rng = make_generator(params.seed, self.target.runner.device)
         try:
             with target_tl.span("prefill"):
@@ -129,7 +128,7 @@ class SerialEngine:
             with draft_tl.span("prefill"):
                 self.drafter.start(prompt, first[0], params)
             while not req.done:
-                out = req.emit(self.step(params, rng, req.stats, depth, costs))
+                out = req.emit(self.step(params, rng, req.stats, depth, costs, timelines))
                 if out:
                     yield out
         finally:
@@ -137,8 +136,9 @@ class SerialEngine:
                 self.trace.add(request_trace(target_tl, draft_tl))
 
     def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats, depth: int,
-             costs: RoundCosts) -> list[int]:
-        """One round, as named steps; returns the emitted tokens (accepted + bonus)."""
+             costs: RoundCosts, timelines: tuple[Timeline, Timeline]) -> list[int]:
+        """One round, as named steps, recorded on the request's (target, draft) timelines; returns
+        the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
         adapt = self._adapts(params)
         floor = costs.min_weight() if adapt else -math.inf
@@ -157,23 +157,13 @@ class SerialEngine:
         self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         t3 = time.perf_counter()
         nodes = sub.tokens.shape[0]
-        self._record(RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), nodes)
+        _record(timelines, RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), nodes)
         costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promised))
         stats.draft_s += (t1 - t0) + (t3 - t2)
         stats.verify_s += t2 - t1
         stats.rounds += 1
         stats.accept_lengths.append(len(emitted))
         return emitted
-
-    def _record(self, t: "RoundStamps", emitted: int, nodes: int) -> None:
-        """The round's spans on the (target, draft) timelines, and its counters."""
-        target, draft = self.timelines
-        draft.add("expand", t.start, t.select)
-        draft.add("select", t.select, t.forward)
-        target.add("forward", t.forward, t.verify)
-        target.add("verify", t.verify, t.reroot)
-        draft.add("reroot", t.reroot, t.end)
-        target.count(emitted, nodes)
 
     def _adapts(self, params: SamplingParams) -> bool:
         """Adaptive rounds shape the tree by measured times: a seeded sampled request keeps fixed
@@ -185,3 +175,14 @@ class SerialEngine:
 
     def close(self) -> None:
         self.target = self.drafter = None
+
+
+def _record(timelines: tuple[Timeline, Timeline], t: RoundStamps, emitted: int, nodes: int) -> None:
+    """The round's spans on the (target, draft) timelines, and its counters."""
+    target, draft = timelines
+    draft.add("expand", t.start, t.select)
+    draft.add("select", t.select, t.forward)
+    target.add("forward", t.forward, t.verify)
+    target.add("verify", t.verify, t.reroot)
+    draft.add("reroot", t.reroot, t.end)
+    target.count(emitted, nodes)
