@@ -12,6 +12,9 @@
 namespace swiftspec {
 
 constexpr int kTileN = 16;  // output channels per tile (one zmm of fp32 lanes)
+// The packed weight streams of the quantized linears are prefetched into L1 this far ahead
+// (why: kquant_avx512.cpp).
+constexpr int kPrefetchBytes = 2048;
 
 // Row-wise quantized activations.  Rows go in passes of kPassRows; the AVX-512 layout puts the
 // 4-byte k-groups of a pass's rows side by side so one base pointer reaches them all:

@@ -60,8 +60,8 @@ inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t 
     const int64_t gs = sub * kSubSteps + s;
     __m256i lo[H], hi[H];
     for (int hh = 0; hh < H; ++hh) unpack<Bits>(k.q, k.qh, gs, hh, lo[hh], hi[hh]);
-    _mm_prefetch(reinterpret_cast<const char*>(k.q + gs * 64 + 2048), _MM_HINT_T0);  // as on AVX-512
-    if (Bits == 6 && gs % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(k.qh + gs * 32 + 2048), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(k.q + gs * 64 + kPrefetchBytes), _MM_HINT_T0);  // as on AVX-512
+    if (Bits == 6 && gs % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(k.qh + gs * 32 + kPrefetchBytes), _MM_HINT_T0);
     const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
     for (int r = 0; r < R; ++r) {
       const __m256i x0 = bcast4(x + 4 * r), x1 = bcast4(x + 4 * (R + r));

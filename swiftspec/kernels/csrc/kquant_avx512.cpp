@@ -44,8 +44,8 @@ inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, __m512i& lo, 
 // it too (the quants are one of five streams per tile, beside sc, mm, d and dm).
 template <int Bits>
 inline void prefetch(const uint8_t* q, const uint8_t* qh, int64_t s) {
-  _mm_prefetch(reinterpret_cast<const char*>(q + s * 64 + 2048), _MM_HINT_T0);
-  if (Bits == 6 && s % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(qh + s * 32 + 2048), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(q + s * 64 + kPrefetchBytes), _MM_HINT_T0);
+  if (Bits == 6 && s % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(qh + s * 32 + kPrefetchBytes), _MM_HINT_T0);
 }
 
 // With few rows, one accumulator per row would chain every vpdpbusd on the previous one's

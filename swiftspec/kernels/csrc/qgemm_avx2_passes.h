@@ -33,7 +33,6 @@ namespace {
 
 constexpr int kFlushSteps = 4;  // int4, V = false: k-steps (of 8 k) a 16-bit accumulator takes
 constexpr int H = 2;            // ymm halves of a 16-channel tile (8 channels each)
-constexpr int kPrefetchBytes = 2048;  // the weight stream is prefetched into L1 this far ahead
 
 // Writes rows [r0, r0 + R) of tile t from acc (fp32 [R][H][8]) plus bias.
 template <int R>

@@ -74,7 +74,7 @@ constexpr bool kSplit = R <= 4;
 // its format (docs/bench/kernels.md, "Tuning notes").
 template <int R, bool Int4>
 inline void prefetch(const uint8_t* p) {
-  if constexpr (R > 1 && Int4) _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);
+  if constexpr (R > 1 && Int4) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
   if constexpr (R > 1 && !Int4) _mm_prefetch(reinterpret_cast<const char*>(p + 8192), _MM_HINT_T1);
 }
 
