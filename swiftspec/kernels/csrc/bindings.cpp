@@ -1,5 +1,9 @@
-// The Python module: every op, the ISA level detection and each op's path per level.
-#include "glue.h"
+// The Python module: every op, the fused decoder, the ISA level detection and each op's path per
+// level.  The only file that includes torch/python.h (pybind11 and torch's type casters).
+#include <ATen/Parallel.h>
+#include <torch/python.h>
+
+#include "decoder.h"
 
 namespace {
 
@@ -18,6 +22,29 @@ void take_thread_count() {
   at::parallel_for(0, 1, 1, [](int64_t, int64_t) {});
 }
 
+// The fused decoder's weights and the decoder (decoder.h).
+void register_decoder(pybind11::module& m) {
+  using namespace swiftspec;
+  namespace py = pybind11;
+  py::class_<PackedLinear>(m, "PackedLinear")
+      .def(py::init([](int64_t fmt, at::Tensor q, at::Tensor scale, at::Tensor d, at::Tensor mn,
+                       c10::optional<at::Tensor> bias, int64_t N, int64_t K, int64_t blk) {
+        return PackedLinear{fmt, q, scale, d, mn, bias, N, K, blk, {}, {}, {}};
+      }))
+      .def(py::init([](int64_t fmt, at::Tensor q, at::Tensor d, at::Tensor dm, c10::optional<at::Tensor> bias,
+                       int64_t N, int64_t K, at::Tensor qh, at::Tensor sc, at::Tensor mm) {
+        return PackedLinear{fmt, q, {}, d, dm, bias, N, K, 256, qh, sc, mm};
+      }));
+  py::class_<Layer>(m, "DecoderLayerWeights")
+      .def(py::init([](at::Tensor input_norm, at::Tensor post_norm, PackedLinear qkv, PackedLinear o,
+                       PackedLinear gate_up, PackedLinear down) {
+        return Layer{input_norm, post_norm, qkv, o, gate_up, down};
+      }));
+  py::class_<CpuDecoder>(m, "CpuDecoder")
+      .def(py::init<std::vector<Layer>, at::Tensor, double, int64_t, int64_t, int64_t, int64_t>())
+      .def("forward", &CpuDecoder::forward, "embeddings [T, hidden] -> final-normed hidden [T, hidden]");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -31,6 +58,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("masked_attention", &swiftspec::masked_attention, "layout-invariant masked attention");
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
-  swiftspec::register_decoder(m);
+  register_decoder(m);
   m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q6_K blocks)");
 }

@@ -7,166 +7,107 @@
 // about as long dispatching ~20 ops per layer as the 0.5B draft spends reading its int4 weights.
 // The kernels are the ones the model's torch code calls, in the same order with the same
 // rounding, so the result equals the unfused forward's bit for bit.
-#include "glue.h"
+#include <cmath>
+
+#include "decoder.h"
 
 namespace swiftspec {
-namespace {
 
-// One linear layer in the packed formats of swiftspec/kernels/quant.py.
-struct PackedLinear {
-  int64_t fmt;  // 0: bf16 (q is the [N, K] weight), 1: int8, 2: int4, 3: q4k, 4: q6k
-  at::Tensor q, scale, d, mn;
-  c10::optional<at::Tensor> bias;
-  int64_t N, K, blk;
-  at::Tensor qh, sc, mm;  // q4k / q6k only (d, mn: the block scales d and dm)
+at::Tensor PackedLinear::operator()(const at::Tensor& x, int64_t level) const {
+  if (fmt == 0) return bf16_linear(x, q, bias, level);
+  if (fmt >= 3) return kquant_linear(x, q, qh, sc, mm, d, mn, bias, fmt == 3 ? 4 : 6, N, K, level);
+  return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, level);
+}
 
-  at::Tensor operator()(const at::Tensor& x, int64_t level) const {  // x [T, K] -> [T, N]
-    if (fmt == 0) return bf16_linear(x, q, bias, level);
-    if (fmt >= 3) return kquant_linear(x, q, qh, sc, mm, d, mn, bias, fmt == 3 ? 4 : 6, N, K, level);
-    return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, level);
+CpuDecoder::CpuDecoder(std::vector<Layer> layers, at::Tensor final_norm, double eps, int64_t heads,
+                       int64_t kv_heads, int64_t head_dim, int64_t level)
+    : layers_(std::move(layers)), final_norm_(std::move(final_norm)), eps_(static_cast<float>(eps)),
+      H_(heads), Hkv_(kv_heads), D_(head_dim), level_(level) {
+  check_level(level_, "CpuDecoder");
+  TORCH_CHECK(attention_path(level_) != kNoIsa && rowwise_path(level_) != kNoIsa,
+              "CpuDecoder: no attention or row-wise kernel at ISA level ", level_);
+  TORCH_CHECK(!layers_.empty() && H_ % Hkv_ == 0 && D_ % 16 == 0 && D_ <= kMaxHeadDim, "CpuDecoder: shapes");
+  for (const Layer& w : layers_) {
+    TORCH_CHECK(w.input_norm.scalar_type() == final_norm_.scalar_type() &&
+                    w.post_norm.scalar_type() == final_norm_.scalar_type() && w.input_norm.is_contiguous() &&
+                    w.post_norm.is_contiguous() && final_norm_.is_contiguous(),
+                "CpuDecoder: the RMSNorm weights must be contiguous and of one dtype");
   }
-};
+}
 
-struct Layer {
-  at::Tensor input_norm, post_norm;  // [hidden] RMSNorm weights
-  PackedLinear qkv, o, gate_up, down;
-};
-
-// Tensors of one call: the KV cache [L, S_max, Hkv, D], slots [T] int64, cos and sin [T, D]
-// rows (RotaryEmbedding's tables), mask [T, S] bool.
-struct CallArgs {
-  const at::Tensor& k_cache;
-  const at::Tensor& v_cache;
-  const at::Tensor& slots;
-  const at::Tensor& cos;
-  const at::Tensor& sin;
-  const at::Tensor& mask;
-};
-
-class CpuDecoder {
- public:
-  CpuDecoder(std::vector<Layer> layers, at::Tensor final_norm, double eps, int64_t heads, int64_t kv_heads,
-             int64_t head_dim, int64_t level)
-      : layers_(std::move(layers)), final_norm_(std::move(final_norm)), eps_(static_cast<float>(eps)),
-        H_(heads), Hkv_(kv_heads), D_(head_dim), level_(level) {
-    check_level(level_, "CpuDecoder");
-    TORCH_CHECK(attention_path(level_) != kNoIsa && rowwise_path(level_) != kNoIsa,
-                "CpuDecoder: no attention or row-wise kernel at ISA level ", level_);
-    TORCH_CHECK(!layers_.empty() && H_ % Hkv_ == 0 && D_ % 16 == 0 && D_ <= kMaxHeadDim, "CpuDecoder: shapes");
-    for (const Layer& w : layers_) {
-      TORCH_CHECK(w.input_norm.scalar_type() == final_norm_.scalar_type() &&
-                      w.post_norm.scalar_type() == final_norm_.scalar_type() && w.input_norm.is_contiguous() &&
-                      w.post_norm.is_contiguous() && final_norm_.is_contiguous(),
-                  "CpuDecoder: the RMSNorm weights must be contiguous and of one dtype");
-    }
+at::Tensor CpuDecoder::forward(const at::Tensor& x_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                               const at::Tensor& slots, const at::Tensor& cos, const at::Tensor& sin,
+                               const at::Tensor& mask) const {
+  const CallArgs c{k_cache, v_cache, slots, cos, sin, mask};
+  check(x_in, c);
+  at::Tensor x = x_in.contiguous().clone();  // the residual stream, updated in place
+  at::Tensor h = at::empty_like(x);           // its normed copy, each sublayer's input
+  norm(x, layers_[0].input_norm, h);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    add_norm(x, w.o(attend(static_cast<int64_t>(l), w.qkv(h, level_), c), level_), w.post_norm, h);
+    const at::Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
+    add_norm(x, w.down(silu_mul(w.gate_up(h, level_), level_), level_), next_norm, h);
   }
+  return h;
+}
 
-  // x [T, hidden] (the embeddings) -> the final-normed hidden states [T, hidden]; writes each
-  // layer's K/V at the slots.
-  at::Tensor forward(const at::Tensor& x_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                     const at::Tensor& slots, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& mask) const {
-    const CallArgs c{k_cache, v_cache, slots, cos, sin, mask};
-    check(x_in, c);
-    at::Tensor x = x_in.contiguous().clone();  // the residual stream, updated in place
-    at::Tensor h = at::empty_like(x);           // its normed copy, each sublayer's input
-    norm(x, layers_[0].input_norm, h);
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Layer& w = layers_[l];
-      add_norm(x, w.o(attend(static_cast<int64_t>(l), w.qkv(h, level_), c), level_), w.post_norm, h);
-      const at::Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
-      add_norm(x, w.down(silu_mul(w.gate_up(h, level_), level_), level_), next_norm, h);
-    }
-    return h;
-  }
+void CpuDecoder::check(const at::Tensor& x, const CallArgs& c) const {
+  const auto dt = x.scalar_type();
+  TORCH_CHECK((dt == at::kBFloat16 || dt == at::kFloat) && final_norm_.scalar_type() == dt,
+              "CpuDecoder: bf16 or fp32 activations, in the RMSNorm weights' dtype");
+  TORCH_CHECK(x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kMaxSmallRows, "CpuDecoder: x must be [T <= 16, hidden]");
+  const int64_t T = x.size(0), S_max = c.k_cache.size(1);
+  TORCH_CHECK(c.k_cache.is_contiguous() && c.v_cache.is_contiguous() && c.k_cache.sizes() == c.v_cache.sizes() &&
+                  c.k_cache.dim() == 4 && c.k_cache.size(0) == static_cast<int64_t>(layers_.size()) &&
+                  c.k_cache.size(2) == Hkv_ && c.k_cache.size(3) == D_ && c.k_cache.scalar_type() == dt &&
+                  c.v_cache.scalar_type() == dt,
+              "CpuDecoder: the caches must be contiguous [layers, S_max, Hkv, D] in x's dtype");
+  TORCH_CHECK(c.cos.scalar_type() == dt && c.sin.scalar_type() == dt && c.cos.size(0) == T && c.sin.size(0) == T &&
+                  c.cos.size(1) == D_ && c.sin.size(1) == D_ && c.cos.stride(1) == 1 && c.sin.stride(1) == 1 &&
+                  c.cos.stride(0) == c.sin.stride(0),
+              "CpuDecoder: cos and sin must be [T, D] rows in x's dtype");
+  TORCH_CHECK(c.mask.scalar_type() == at::kBool && c.mask.dim() == 2 && c.mask.size(0) == T &&
+                  c.mask.stride(1) == 1 && c.mask.size(1) <= S_max,
+              "CpuDecoder: mask must be [T, S <= S_max] bool");
+  TORCH_CHECK(c.slots.scalar_type() == at::kLong && c.slots.is_contiguous() && c.slots.numel() == T,
+              "CpuDecoder: slots must be [T] int64");
+  const int64_t* s = c.slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t) TORCH_CHECK(s[t] >= 0 && s[t] < S_max, "CpuDecoder: slot out of range");
+}
 
- private:
-  void check(const at::Tensor& x, const CallArgs& c) const {
-    const auto dt = x.scalar_type();
-    TORCH_CHECK((dt == at::kBFloat16 || dt == at::kFloat) && final_norm_.scalar_type() == dt,
-                "CpuDecoder: bf16 or fp32 activations, in the RMSNorm weights' dtype");
-    TORCH_CHECK(x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kMaxSmallRows, "CpuDecoder: x must be [T <= 16, hidden]");
-    const int64_t T = x.size(0), S_max = c.k_cache.size(1);
-    TORCH_CHECK(c.k_cache.is_contiguous() && c.v_cache.is_contiguous() && c.k_cache.sizes() == c.v_cache.sizes() &&
-                    c.k_cache.dim() == 4 && c.k_cache.size(0) == static_cast<int64_t>(layers_.size()) &&
-                    c.k_cache.size(2) == Hkv_ && c.k_cache.size(3) == D_ && c.k_cache.scalar_type() == dt &&
-                    c.v_cache.scalar_type() == dt,
-                "CpuDecoder: the caches must be contiguous [layers, S_max, Hkv, D] in x's dtype");
-    TORCH_CHECK(c.cos.scalar_type() == dt && c.sin.scalar_type() == dt && c.cos.size(0) == T && c.sin.size(0) == T &&
-                    c.cos.size(1) == D_ && c.sin.size(1) == D_ && c.cos.stride(1) == 1 && c.sin.stride(1) == 1 &&
-                    c.cos.stride(0) == c.sin.stride(0),
-                "CpuDecoder: cos and sin must be [T, D] rows in x's dtype");
-    TORCH_CHECK(c.mask.scalar_type() == at::kBool && c.mask.dim() == 2 && c.mask.size(0) == T &&
-                    c.mask.stride(1) == 1 && c.mask.size(1) <= S_max,
-                "CpuDecoder: mask must be [T, S <= S_max] bool");
-    TORCH_CHECK(c.slots.scalar_type() == at::kLong && c.slots.is_contiguous() && c.slots.numel() == T,
-                "CpuDecoder: slots must be [T] int64");
-    const int64_t* s = c.slots.data_ptr<int64_t>();
-    for (int64_t t = 0; t < T; ++t) TORCH_CHECK(s[t] >= 0 && s[t] < S_max, "CpuDecoder: slot out of range");
-  }
+// qkv [T, (H + 2 Hkv) D] -> attention output [T, H D] over cache layer l, after storing this
+// call's rotated keys and values at the slots.
+at::Tensor CpuDecoder::attend(int64_t l, const at::Tensor& qkv, const CallArgs& c) const {
+  const int64_t T = qkv.size(0), esz = qkv.element_size();
+  const bool bf16 = qkv.scalar_type() == at::kBFloat16;
+  at::Tensor q = at::empty({T, H_, D_}, qkv.options());
+  char* k = static_cast<char*>(c.k_cache.data_ptr()) + l * c.k_cache.stride(0) * esz;
+  char* v = static_cast<char*>(c.v_cache.data_ptr()) + l * c.v_cache.stride(0) * esz;
+  const RopeArgs r{qkv.data_ptr(), qkv.stride(0), c.cos.data_ptr(), c.sin.data_ptr(), c.cos.stride(0),
+                   q.data_ptr(), k, v, c.k_cache.stride(1), c.slots.data_ptr<int64_t>(), H_, Hkv_, D_, bf16, esz};
+  rope_store_rows(r, 0, T, level_);
+  at::Tensor out = at::empty({T, H_ * D_}, qkv.options());
+  run_attention({q.data_ptr(), H_ * D_, D_, k, v, c.k_cache.stride(1), c.k_cache.stride(2),
+                 c.mask.data_ptr<bool>(), c.mask.stride(0), out.data_ptr(), T, H_, Hkv_, D_, c.mask.size(1), bf16,
+                 1.f / std::sqrt(static_cast<float>(D_))},
+                level_);
+  return out;
+}
 
-  // qkv [T, (H + 2 Hkv) D] -> attention output [T, H D] over cache layer l, after storing this
-  // call's rotated keys and values at the slots.
-  at::Tensor attend(int64_t l, const at::Tensor& qkv, const CallArgs& c) const {
-    const int64_t T = qkv.size(0), esz = qkv.element_size();
-    const bool bf16 = qkv.scalar_type() == at::kBFloat16;
-    at::Tensor q = at::empty({T, H_, D_}, qkv.options());
-    char* k = static_cast<char*>(c.k_cache.data_ptr()) + l * c.k_cache.stride(0) * esz;
-    char* v = static_cast<char*>(c.v_cache.data_ptr()) + l * c.v_cache.stride(0) * esz;
-    const RopeArgs r{qkv.data_ptr(), qkv.stride(0), c.cos.data_ptr(), c.sin.data_ptr(), c.cos.stride(0),
-                     q.data_ptr(), k, v, c.k_cache.stride(1), c.slots.data_ptr<int64_t>(), H_, Hkv_, D_, bf16, esz};
-    rope_store_rows(r, 0, T, level_);
-    at::Tensor out = at::empty({T, H_ * D_}, qkv.options());
-    run_attention({q.data_ptr(), H_ * D_, D_, k, v, c.k_cache.stride(1), c.k_cache.stride(2),
-                   c.mask.data_ptr<bool>(), c.mask.stride(0), out.data_ptr(), T, H_, Hkv_, D_, c.mask.size(1), bf16,
-                   1.f / std::sqrt(static_cast<float>(D_))},
-                  level_);
-    return out;
-  }
+// h <- rms_norm(x) * weight, row by row.
+void CpuDecoder::norm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& h) const {
+  const int64_t n = x.size(1);
+  const RowArgs a{x.data_ptr(), n, h.data_ptr(), n, n, x.scalar_type() == at::kBFloat16, x.element_size()};
+  rms_norm_rows(a, weight.data_ptr(), eps_, 0, x.size(0), level_);
+}
 
-  // h <- rms_norm(x) * weight, row by row.
-  void norm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& h) const {
-    const int64_t n = x.size(1);
-    const RowArgs a{x.data_ptr(), n, h.data_ptr(), n, n, x.scalar_type() == at::kBFloat16, x.element_size()};
-    rms_norm_rows(a, weight.data_ptr(), eps_, 0, x.size(0), level_);
-  }
-
-  // x <- x + d (rounded to the dtype), then h <- rms_norm(x) * weight, row by row.
-  void add_norm(at::Tensor& x, const at::Tensor& d, const at::Tensor& weight, at::Tensor& h) const {
-    const int64_t n = x.size(1);
-    const AddNormArgs a{x.data_ptr(), n, d.data_ptr(), d.stride(0), h.data_ptr(), n, weight.data_ptr(), n, eps_,
-                        x.scalar_type() == at::kBFloat16, x.element_size()};
-    add_rms_norm_rows(a, 0, x.size(0), level_);
-  }
-
-  std::vector<Layer> layers_;
-  at::Tensor final_norm_;
-  float eps_;
-  int64_t H_, Hkv_, D_;
-  int64_t level_;  // the ISA level every kernel of a forward runs at
-};
-
-}  // namespace
-
-void register_decoder(pybind11::module& m) {
-  namespace py = pybind11;
-  py::class_<PackedLinear>(m, "PackedLinear")
-      .def(py::init([](int64_t fmt, at::Tensor q, at::Tensor scale, at::Tensor d, at::Tensor mn,
-                       c10::optional<at::Tensor> bias, int64_t N, int64_t K, int64_t blk) {
-        return PackedLinear{fmt, q, scale, d, mn, bias, N, K, blk, {}, {}, {}};
-      }))
-      .def(py::init([](int64_t fmt, at::Tensor q, at::Tensor d, at::Tensor dm, c10::optional<at::Tensor> bias,
-                       int64_t N, int64_t K, at::Tensor qh, at::Tensor sc, at::Tensor mm) {
-        return PackedLinear{fmt, q, {}, d, dm, bias, N, K, 256, qh, sc, mm};
-      }));
-  py::class_<Layer>(m, "DecoderLayerWeights")
-      .def(py::init([](at::Tensor input_norm, at::Tensor post_norm, PackedLinear qkv, PackedLinear o,
-                       PackedLinear gate_up, PackedLinear down) {
-        return Layer{input_norm, post_norm, qkv, o, gate_up, down};
-      }));
-  py::class_<CpuDecoder>(m, "CpuDecoder")
-      .def(py::init<std::vector<Layer>, at::Tensor, double, int64_t, int64_t, int64_t, int64_t>())
-      .def("forward", &CpuDecoder::forward, "embeddings [T, hidden] -> final-normed hidden [T, hidden]");
+// x <- x + d (rounded to the dtype), then h <- rms_norm(x) * weight, row by row.
+void CpuDecoder::add_norm(at::Tensor& x, const at::Tensor& d, const at::Tensor& weight, at::Tensor& h) const {
+  const int64_t n = x.size(1);
+  const AddNormArgs a{x.data_ptr(), n, d.data_ptr(), d.stride(0), h.data_ptr(), n, weight.data_ptr(), n, eps_,
+                      x.scalar_type() == at::kBFloat16, x.element_size()};
+  add_rms_norm_rows(a, 0, x.size(0), level_);
 }
 
 }  // namespace swiftspec

@@ -1,5 +1,5 @@
 // The torch-level entry points shared by the glue files (quant_linear.cpp, bf16_linear.cpp,
-// attention.cpp, rowwise.cpp, decoder_cpu.cpp, bindings.cpp).
+// attention.cpp, rowwise.cpp, kquant_linear.cpp, isa.cpp, decoder_cpu.cpp, bindings.cpp).
 //
 // ISA levels: each level is a superset of the one below, except avx2-vnni: AVX-VNNI (VEX) comes
 // with Intel's client cores since 12th gen and AMD's since Zen 5, but not with Skylake-SP or
@@ -7,7 +7,11 @@
 // this CPU supports at or below the SWIFTSPEC_ISA cap, fixed for the process) and picks, kernel by
 // kernel, the best path that level allows: a kernel never needs more than the features it uses.
 #pragma once
-#include <torch/extension.h>
+// Only the ATen headers the glue uses (torch/extension.h costs ~50 s of compile per file; only
+// bindings.cpp includes it).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include "kernels.h"
 
@@ -49,8 +53,6 @@ void run_attention(const AttnArgs& a, int64_t level);  // all T * Hkv work items
 void rms_norm_rows(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1, int64_t level);
 void add_rms_norm_rows(const AddNormArgs& a, int64_t r0, int64_t r1, int64_t level);
 void rope_store_rows(const RopeArgs& a, int64_t t0, int64_t t1, int64_t level);
-
-void register_decoder(pybind11::module& m);  // decoder_cpu.cpp
 
 // K-quant linear (kquant_linear.cpp): GGUF Q4_K / Q6_K super-blocks as stored (bits 4 / 6).
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& sc,
