@@ -33,6 +33,7 @@ namespace {
 
 constexpr int kFlushSteps = 4;  // int4, V = false: k-steps (of 8 k) a 16-bit accumulator takes
 constexpr int H = 2;            // ymm halves of a 16-channel tile (8 channels each)
+constexpr int kChunkRows = 16;  // int4: rows of a tile computed group by group (tile_int4)
 
 // Writes rows [r0, r0 + R) of tile t from acc (fp32 [R][H][8]) plus bias.
 template <int R>
@@ -98,10 +99,11 @@ void pass_int8(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
   store<R>(o, t, r0, acc);
 }
 
-// Adds xs * (d * P + mn * xsum) for group g of rows [r0, r0 + R) to acc.
+// Adds xs * (d * P + mn * xsum) for group g of rows [r0, r0 + R) to their fp32 accumulators
+// acc[r][16] (in memory: touched once per group).
 template <int R>
 inline void int4_group(const ActQ& a, const uint16_t* d, const uint16_t* mn, int64_t r0, int g,
-                       const __m256i (&p)[R][H], __m256 (&acc)[R][H]) {
+                       const __m256i (&p)[R][H], float (*acc)[kTileN]) {
   for (int hh = 0; hh < H; ++hh) {
     const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(d + 8 * hh)));
     const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(mn + 8 * hh)));
@@ -110,82 +112,128 @@ inline void int4_group(const ActQ& a, const uint16_t* d, const uint16_t* mn, int
       float xc;
       std::memcpy(&xc, &a.xc[i], 4);  // xs * sum(xq)
       const __m256 px = _mm256_mul_ps(_mm256_cvtepi32_ps(p[r][hh]), _mm256_set1_ps(a.xs[i]));
-      acc[r][hh] = _mm256_fmadd_ps(px, dv, acc[r][hh]);
-      acc[r][hh] = _mm256_fmadd_ps(mv, _mm256_set1_ps(xc), acc[r][hh]);
+      const __m256 y = _mm256_fmadd_ps(px, dv, _mm256_load_ps(acc[r] + 8 * hh));
+      _mm256_store_ps(acc[r] + 8 * hh, _mm256_fmadd_ps(mv, _mm256_set1_ps(xc), y));
     }
   }
 }
 
 // P[r][hh] = sum over the group's k of q * xq (int32, exact), rows [r0, r0 + R), group g.
 // Per channel lane, a step's 4 bytes hold k..k+3 in the low and k+4..k+7 in the high nibbles.
-template <bool V, int R>
-inline void int4_sums(const ActQ& a, const uint8_t* wg, int steps, int64_t k0, int64_t r0, __m256i (&p)[R][H]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  __m256i p2[R][H];  // V: the high nibbles' sums; else the 16-bit sums
+// lo, hi: one step's weight nibbles, unpacked (both ymm halves).
+inline void int4_unpack(const uint8_t* ws, __m256i (&lo)[H], __m256i (&hi)[H]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  _mm_prefetch(reinterpret_cast<const char*>(ws + kPrefetchBytes), _MM_HINT_T0);
+  for (int hh = 0; hh < H; ++hh) {
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(ws + 32 * hh));
+    lo[hh] = _mm256_and_si256(v, low4);
+    hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  }
+}
+
+// V = true: vpdpbusd into int32 lanes, one k-step at a time.
+template <int R>
+inline void int4_sums_vnni(const ActQ& a, const uint8_t* wg, int steps, int64_t k0, int64_t r0,
+                           __m256i (&p)[R][H]) {
+  __m256i p2[R][H];  // the high nibbles' sums (R <= 2: twice the independent chains)
   for (int r = 0; r < R; ++r)
     for (int hh = 0; hh < H; ++hh) p[r][hh] = p2[r][hh] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-  for (int s = 0; s < steps; ++s) {  // one k-step at a time: accumulators stay in registers
-    _mm_prefetch(reinterpret_cast<const char*>(wg + s * 64 + kPrefetchBytes), _MM_HINT_T0);
+  for (int s = 0; s < steps; ++s) {
     __m256i lo[H], hi[H];
-    for (int hh = 0; hh < H; ++hh) {
-      const __m256i v = _mm256_loadu_si256((const __m256i*)(wg + s * 64 + 32 * hh));
-      lo[hh] = _mm256_and_si256(v, low4);
-      hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-    }
+    int4_unpack(wg + s * 64, lo, hi);
     for (int r = 0; r < R; ++r) {
       const int8_t* x = a.xq + (r0 + r) * a.Kp + k0 + 8 * s;
       const __m256i x0 = bcast4(x), x1 = bcast4(x + 4);
       for (int hh = 0; hh < H; ++hh) {
-        if constexpr (V) {
-          p[r][hh] = _mm256_dpbusd_avx_epi32(p[r][hh], lo[hh], x0);
-          if constexpr (R <= 2) p2[r][hh] = _mm256_dpbusd_avx_epi32(p2[r][hh], hi[hh], x1);
-          else p[r][hh] = _mm256_dpbusd_avx_epi32(p[r][hh], hi[hh], x1);
-        } else {
-          p2[r][hh] = _mm256_add_epi16(p2[r][hh], _mm256_maddubs_epi16(lo[hh], x0));
-          p2[r][hh] = _mm256_add_epi16(p2[r][hh], _mm256_maddubs_epi16(hi[hh], x1));
-        }
-      }
-    }
-    if (!V && s % kFlushSteps == kFlushSteps - 1) {
-      for (int r = 0; r < R; ++r) {
-        for (int hh = 0; hh < H; ++hh) {
-          p[r][hh] = _mm256_add_epi32(p[r][hh], _mm256_madd_epi16(p2[r][hh], ones));
-          p2[r][hh] = _mm256_setzero_si256();
-        }
+        p[r][hh] = _mm256_dpbusd_avx_epi32(p[r][hh], lo[hh], x0);
+        if constexpr (R <= 2) p2[r][hh] = _mm256_dpbusd_avx_epi32(p2[r][hh], hi[hh], x1);
+        else p[r][hh] = _mm256_dpbusd_avx_epi32(p[r][hh], hi[hh], x1);
       }
     }
   }
-  if constexpr (V) {
+  for (int r = 0; r < R; ++r)
+    for (int hh = 0; hh < H; ++hh) p[r][hh] = _mm256_add_epi32(p[r][hh], p2[r][hh]);
+}
+
+// V = false: vpmaddubsw into 16-bit sums, widened by vpmaddwd every kFlushSteps steps.  The
+// steps between two flushes are one fully unrolled block: a flush test inside the step loop made
+// the compiler branch and shuffle registers every step (this runs ~1.6x faster at 2..16 rows).
+template <int R>
+inline void int4_sums_maddubs(const ActQ& a, const uint8_t* wg, int steps, int64_t k0, int64_t r0,
+                              __m256i (&p)[R][H]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r)
+    for (int hh = 0; hh < H; ++hh) p[r][hh] = _mm256_setzero_si256();
+  for (int s0 = 0; s0 < steps; s0 += kFlushSteps) {  // steps = blk / 8: a multiple of kFlushSteps
+    __m256i p16[R][H];
     for (int r = 0; r < R; ++r)
-      for (int hh = 0; hh < H; ++hh) p[r][hh] = _mm256_add_epi32(p[r][hh], p2[r][hh]);
+      for (int hh = 0; hh < H; ++hh) p16[r][hh] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int s = s0; s < s0 + kFlushSteps; ++s) {
+      __m256i lo[H], hi[H];
+      int4_unpack(wg + s * 64, lo, hi);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* x = a.xq + (r0 + r) * a.Kp + k0 + 8 * s;
+        const __m256i x0 = bcast4(x), x1 = bcast4(x + 4);
+        for (int hh = 0; hh < H; ++hh) {
+          p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(lo[hh], x0));
+          p16[r][hh] = _mm256_add_epi16(p16[r][hh], _mm256_maddubs_epi16(hi[hh], x1));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int hh = 0; hh < H; ++hh) p[r][hh] = _mm256_add_epi32(p[r][hh], _mm256_madd_epi16(p16[r][hh], ones));
   }
 }
 
 // int4 (w = d * q + mn, q in 0..15): y[r, n] = sum_g xs[r, g] * (d * P + mn * xsum[r, g]).
-template <bool V, int R>
-void pass_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t r0) {
+// Rows [m0, m0 + rows) of tile t (rows <= kChunkRows), group by group: every row pass of P rows
+// uses a group's weights (blk / 2 x 16 bytes) from L1 before the next group is read, so the tile
+// streams from DRAM at an even pace while the passes compute.  (Tile by tile, pass after pass,
+// the first pass of a tile waited on DRAM and the others left it idle: at 8 rows the weight
+// stream ran at half the rate of one row's.)
+template <bool V, int P>
+void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int64_t m0, int64_t rows) {
   const uint8_t* wt = w.q + t * w.Kp * (kTileN / 2);
   const int64_t dt = t * a.nb * kTileN;
   const int steps = w.blk / 8;
-  __m256 acc[R][H];
-  for (int r = 0; r < R; ++r)
-    for (int hh = 0; hh < H; ++hh) acc[r][hh] = _mm256_setzero_ps();
+  alignas(32) float acc[kChunkRows][kTileN] = {};
   for (int g = 0; g < a.nb; ++g) {
-    __m256i p[R][H];
-    int4_sums<V, R>(a, wt + (int64_t)g * steps * 64, steps, (int64_t)g * w.blk, r0, p);
-    int4_group<R>(a, w.d + dt + g * kTileN, w.mn + dt + g * kTileN, r0, g, p, acc);
+    const uint8_t* wg = wt + (int64_t)g * steps * 64;
+    const int64_t k0 = (int64_t)g * w.blk;
+    auto pass = [&](auto rows_r, int64_t, int64_t r0) {
+      constexpr int R = decltype(rows_r)::value;
+      __m256i p[R][H];
+      if constexpr (V) int4_sums_vnni<R>(a, wg, steps, k0, r0, p);
+      else int4_sums_maddubs<R>(a, wg, steps, k0, r0, p);
+      int4_group<R>(a, w.d + dt + g * kTileN, w.mn + dt + g * kTileN, r0, g, p, acc + (r0 - m0));
+    };
+    for (int64_t r0 = m0; r0 < m0 + rows; r0 += P) row_pass<P>(std::min<int64_t>(P, m0 + rows - r0), t, r0, pass);
   }
-  store<R>(o, t, r0, acc);
+  for (int hh = 0; hh < H; ++hh) {
+    const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
+    if (n <= 0) return;
+    const __m256 b = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
+    for (int64_t r = 0; r < rows; ++r)
+      store8(o.out, o.bf16, (m0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), b), n);
+  }
 }
 
-// Tiles [t0, t1) in row passes of up to P rows over both halves (a tile, <= 16 x 9K bytes for
-// the largest K, is read from DRAM once: avx2_util.h for_row_passes).
+// Tiles [t0, t1) for all M rows: int8 in row passes of up to P rows over both halves (a tile,
+// <= 16 x 9K bytes for the largest K, is read from DRAM once: avx2_util.h for_row_passes); int4
+// in chunks of kChunkRows rows, each group by group (tile_int4).
 template <bool V, int P>
 void run_tiles(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
+  if (w.int4) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t m0 = 0; m0 < o.M; m0 += kChunkRows)
+        tile_int4<V, P>(a, w, o, t, m0, std::min<int64_t>(kChunkRows, o.M - m0));
+    return;
+  }
   for_row_passes<P>(o.M, t0, t1, [&](auto rows, int64_t t, int64_t r0) {
     constexpr int R = decltype(rows)::value;
-    w.int4 ? pass_int4<V, R>(a, w, o, t, r0) : pass_int8<V, R>(a, w, o, t, r0);
+    pass_int8<V, R>(a, w, o, t, r0);
   });
 }
 
