@@ -24,7 +24,8 @@
 namespace swiftspec {
 namespace {
 
-constexpr int H = 2;  // ymm halves of a tile
+constexpr int H = 2;            // ymm halves of a tile
+constexpr int kChunkRows = 16;  // rows of a tile computed super-block by super-block (ktile)
 
 // Half hh of the two u8 operands of global step s (see kquant.h for qh).
 template <int Bits>
@@ -89,7 +90,7 @@ inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t 
 // Adds xs * fma(isum, d, msum * dm) of super-block b to acc (rows [r0, r0 + R), both halves).
 template <int Bits, int R>
 inline void finish_block(const KAct& a, const KTile<Bits>& k, int64_t b, int64_t r0, const __m256i (&isum)[R][H],
-                         float (&acc)[R][kTileN]) {
+                         float (*acc)[kTileN]) {
   constexpr int Subs = KTile<Bits>::kSubs;
   for (int hh = 0; hh < H; ++hh) {
     const int64_t i = b * kTileN + 8 * hh;
@@ -114,36 +115,49 @@ inline void finish_block(const KAct& a, const KTile<Bits>& k, int64_t b, int64_t
   }
 }
 
-// Rows [r0, r0 + R) of tile t; the fp32 accumulators live in memory (touched once per super-block).
-template <bool V, int Bits, int R>
-void kpass(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t r0) {
+// Rows [m0, m0 + rows) of tile t (rows <= kChunkRows, m0 a multiple of P), super-block by
+// super-block: every row pass of P rows uses a super-block's weights from L1 before the next one
+// is read, so the tile streams from DRAM at an even pace while the passes compute (tile by tile,
+// pass after pass, the first pass waited on DRAM and the others left it idle).  The fp32
+// accumulators live in memory (touched once per super-block).
+template <bool V, int Bits, int P>
+void ktile(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t m0, int64_t rows) {
   const KTile<Bits> k(w, a.K, t);
   constexpr int kSubs = KTile<Bits>::kSubs;
-  alignas(32) float acc[R][kTileN] = {};
+  alignas(32) float acc[kChunkRows][kTileN];
+  std::fill_n(acc[0], rows * kTileN, 0.f);  // only the chunk's rows
   for (int64_t b = 0; b < k.nsb; ++b) {
-    __m256i isum[R][H];
-    for (int r = 0; r < R; ++r)
-      for (int hh = 0; hh < H; ++hh) isum[r][hh] = _mm256_setzero_si256();
-    for (int j = 0; j < kSubs; ++j) sub_block<V, Bits, R>(a, k, b * kSubs + j, r0, isum);
-    finish_block<Bits, R>(a, k, b, r0, isum, acc);
+    auto pass = [&](auto rows_r, int64_t, int64_t r0) {
+      constexpr int R = decltype(rows_r)::value;
+      __m256i isum[R][H];
+      for (int r = 0; r < R; ++r)
+        for (int hh = 0; hh < H; ++hh) isum[r][hh] = _mm256_setzero_si256();
+      for (int j = 0; j < kSubs; ++j) sub_block<V, Bits, R>(a, k, b * kSubs + j, r0, isum);
+      finish_block<Bits, R>(a, k, b, r0, isum, acc + (r0 - m0));
+    };
+    for (int64_t r0 = m0; r0 < m0 + rows; r0 += P) row_pass<P>(std::min<int64_t>(P, m0 + rows - r0), t, r0, pass);
   }
   for (int hh = 0; hh < H; ++hh) {
     const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
     if (n <= 0) break;
     const __m256 bias = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      store8(o.out, o.bf16, (r0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), bias), n);
+    for (int64_t r = 0; r < rows; ++r) {
+      store8(o.out, o.bf16, (m0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), bias), n);
     }
   }
 }
 
-// Tiles [t0, t1) for all rows, in passes of P rows (the activation layout's pass, kquant.h).
+// Tiles [t0, t1) for all rows, in chunks of kChunkRows rows, each in passes of P rows (the
+// activation layout's pass, kquant.h).
 template <bool V, int P>
 void run_ktiles(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
-  for_row_passes<P>(o.M, t0, t1, [&](auto rows, int64_t t, int64_t r0) {
-    constexpr int R = decltype(rows)::value;
-    w.bits == 4 ? kpass<V, 4, R>(a, w, o, t, r0) : kpass<V, 6, R>(a, w, o, t, r0);
-  });
+  static_assert(kChunkRows % P == 0, "a chunk holds whole passes");
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t m0 = 0; m0 < o.M; m0 += kChunkRows) {
+      const int64_t rows = std::min<int64_t>(kChunkRows, o.M - m0);
+      w.bits == 4 ? ktile<V, 4, P>(a, w, o, t, m0, rows) : ktile<V, 6, P>(a, w, o, t, m0, rows);
+    }
+  }
 }
 
 }  // namespace

@@ -198,7 +198,8 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
   const uint8_t* wt = w.q + t * w.Kp * (kTileN / 2);
   const int64_t dt = t * a.nb * kTileN;
   const int steps = w.blk / 8;
-  alignas(32) float acc[kChunkRows][kTileN] = {};
+  alignas(32) float acc[kChunkRows][kTileN];
+  std::fill_n(acc[0], rows * kTileN, 0.f);  // only the chunk's rows
   for (int g = 0; g < a.nb; ++g) {
     const uint8_t* wg = wt + (int64_t)g * steps * 64;
     const int64_t k0 = (int64_t)g * w.blk;
