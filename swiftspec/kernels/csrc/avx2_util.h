@@ -12,6 +12,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels.h"
+
 namespace swiftspec {
 namespace {
 
@@ -33,10 +35,26 @@ inline void row_pass(int64_t rows, int64_t t, int64_t r0, Pass& pass) {
   pass(std::integral_constant<int, R>{}, t, r0);
 }
 
+// Row passes of P rows over rows [m0, m0 + rows) of tile t, the last one shorter.
+template <int P, class Pass>
+inline void passes_over(int64_t m0, int64_t rows, int64_t t, Pass& pass) {
+  for (int64_t r0 = m0; r0 < m0 + rows; r0 += P) row_pass<P>(std::min<int64_t>(P, m0 + rows - r0), t, r0, pass);
+}
+
 template <int P, class Pass>
 inline void for_row_passes(int64_t M, int64_t t0, int64_t t1, Pass pass) {
+  for (int64_t t = t0; t < t1; ++t) passes_over<P>(0, M, t, pass);
+}
+
+// The quantized linears' other order: tiles [t0, t1), each in chunks of up to kChunkRows rows,
+// chunk(t, m0, rows); a chunk runs its row passes block by block of K (each block read from DRAM
+// once and reused from L1 by every pass), its fp32 sums in memory (store_chunk writes them).
+constexpr int kChunkRows = 16;
+
+template <class Chunk>
+inline void for_row_chunks(int64_t M, int64_t t0, int64_t t1, Chunk chunk) {
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r0 = 0; r0 < M; r0 += P) row_pass<P>(std::min<int64_t>(P, M - r0), t, r0, pass);
+    for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) chunk(t, m0, std::min<int64_t>(kChunkRows, M - m0));
   }
 }
 
@@ -134,6 +152,17 @@ inline __m256 exp_ps(__m256 x) {
   __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, s_lo), s_hi);
   __asm__("" : "+x"(e));
   return e;
+}
+
+// Rows [m0, m0 + rows) of tile t from their fp32 sums acc [rows][kTileN], plus the bias.
+inline void store_chunk(const OutSpec& o, int64_t t, int64_t m0, int64_t rows, const float (*acc)[kTileN]) {
+  for (int hh = 0; hh < 2; ++hh) {  // the tile's two ymm halves
+    const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
+    if (n <= 0) return;
+    const __m256 b = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
+    for (int64_t r = 0; r < rows; ++r)
+      store8(o.out, o.bf16, (m0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), b), n);
+  }
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 // this CPU supports at or below the SWIFTSPEC_ISA cap, fixed for the process) and picks, kernel by
 // kernel, the best path that level allows: a kernel never needs more than the features it uses.
 #pragma once
-// Only the ATen headers the glue uses (torch/extension.h costs ~50 s of compile per file; only
-// bindings.cpp includes it).
+// Only the ATen headers the glue uses: torch/extension.h cost ~55 s of compile per file; only
+// bindings.cpp includes torch's Python headers (torch/python.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>

@@ -24,8 +24,7 @@
 namespace swiftspec {
 namespace {
 
-constexpr int H = 2;            // ymm halves of a tile
-constexpr int kChunkRows = 16;  // rows of a tile computed super-block by super-block (ktile)
+constexpr int H = 2;  // ymm halves of a tile
 
 // Half hh of the two u8 operands of global step s (see kquant.h for qh).
 template <int Bits>
@@ -135,29 +134,19 @@ void ktile(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t, int64_t
       for (int j = 0; j < kSubs; ++j) sub_block<V, Bits, R>(a, k, b * kSubs + j, r0, isum);
       finish_block<Bits, R>(a, k, b, r0, isum, acc + (r0 - m0));
     };
-    for (int64_t r0 = m0; r0 < m0 + rows; r0 += P) row_pass<P>(std::min<int64_t>(P, m0 + rows - r0), t, r0, pass);
+    passes_over<P>(m0, rows, t, pass);
   }
-  for (int hh = 0; hh < H; ++hh) {
-    const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
-    if (n <= 0) break;
-    const __m256 bias = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
-    for (int64_t r = 0; r < rows; ++r) {
-      store8(o.out, o.bf16, (m0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), bias), n);
-    }
-  }
+  store_chunk(o, t, m0, rows, acc);
 }
 
-// Tiles [t0, t1) for all rows, in chunks of kChunkRows rows, each in passes of P rows (the
-// activation layout's pass, kquant.h).
+// Tiles [t0, t1) for all rows, in chunks of kChunkRows rows (avx2_util.h for_row_chunks), each
+// in passes of P rows (the activation layout's pass, kquant.h).
 template <bool V, int P>
 void run_ktiles(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
   static_assert(kChunkRows % P == 0, "a chunk holds whole passes");
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t m0 = 0; m0 < o.M; m0 += kChunkRows) {
-      const int64_t rows = std::min<int64_t>(kChunkRows, o.M - m0);
-      w.bits == 4 ? ktile<V, 4, P>(a, w, o, t, m0, rows) : ktile<V, 6, P>(a, w, o, t, m0, rows);
-    }
-  }
+  for_row_chunks(o.M, t0, t1, [&](int64_t t, int64_t m0, int64_t rows) {
+    w.bits == 4 ? ktile<V, 4, P>(a, w, o, t, m0, rows) : ktile<V, 6, P>(a, w, o, t, m0, rows);
+  });
 }
 
 }  // namespace

@@ -33,7 +33,6 @@ namespace {
 
 constexpr int kFlushSteps = 4;  // int4, V = false: k-steps (of 8 k) a 16-bit accumulator takes
 constexpr int H = 2;            // ymm halves of a 16-channel tile (8 channels each)
-constexpr int kChunkRows = 16;  // int4: rows of a tile computed group by group (tile_int4)
 
 // Writes rows [r0, r0 + R) of tile t from acc (fp32 [R][H][8]) plus bias.
 template <int R>
@@ -210,26 +209,18 @@ void tile_int4(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t, int
       else int4_sums_maddubs<R>(a, wg, steps, k0, r0, p);
       int4_group<R>(a, w.d + dt + g * kTileN, w.mn + dt + g * kTileN, r0, g, p, acc + (r0 - m0));
     };
-    for (int64_t r0 = m0; r0 < m0 + rows; r0 += P) row_pass<P>(std::min<int64_t>(P, m0 + rows - r0), t, r0, pass);
+    passes_over<P>(m0, rows, t, pass);
   }
-  for (int hh = 0; hh < H; ++hh) {
-    const int64_t n0 = t * kTileN + 8 * hh, n = std::min<int64_t>(8, o.N - n0);
-    if (n <= 0) return;
-    const __m256 b = o.bias ? load8(o.bias, false, n0, n) : _mm256_setzero_ps();
-    for (int64_t r = 0; r < rows; ++r)
-      store8(o.out, o.bf16, (m0 + r) * o.ldo + n0, _mm256_add_ps(_mm256_load_ps(acc[r] + 8 * hh), b), n);
-  }
+  store_chunk(o, t, m0, rows, acc);
 }
 
 // Tiles [t0, t1) for all M rows: int8 in row passes of up to P rows over both halves (a tile,
 // <= 16 x 9K bytes for the largest K, is read from DRAM once: avx2_util.h for_row_passes); int4
-// in chunks of kChunkRows rows, each group by group (tile_int4).
+// in chunks of kChunkRows rows (avx2_util.h for_row_chunks), each group by group (tile_int4).
 template <bool V, int P>
 void run_tiles(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
   if (w.int4) {
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t m0 = 0; m0 < o.M; m0 += kChunkRows)
-        tile_int4<V, P>(a, w, o, t, m0, std::min<int64_t>(kChunkRows, o.M - m0));
+    for_row_chunks(o.M, t0, t1, [&](int64_t t, int64_t m0, int64_t rows) { tile_int4<V, P>(a, w, o, t, m0, rows); });
     return;
   }
   for_row_passes<P>(o.M, t0, t1, [&](auto rows, int64_t t, int64_t r0) {
