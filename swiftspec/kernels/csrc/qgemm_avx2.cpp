@@ -6,9 +6,13 @@
 namespace swiftspec {
 namespace {
 
-// Passes of 2 rows x 2 halves: 8 accumulators, 4 unpacked weight vectors and the broadcasts fit
-// the 16 ymm registers (passes of 4 rows x 1 half measured slower: twice the broadcasts).
+// int8: passes of 2 rows x 2 halves: 8 int32 accumulators, 4 weight vectors and the broadcasts
+// fit the 16 ymm registers (passes of 4 rows x 1 half measured slower: twice the broadcasts).
+// int4: passes of 4 rows x 2 halves: 8 16-bit accumulators (their int32 sums wait in memory
+// between flushes), 4 unpacked nibble vectors and 2 broadcasts; each unpacked vector serves twice
+// the rows of a 2-row pass (at 4..16 rows, cache-resident, ~10% faster than passes of 2).
 constexpr int kPassRowsAvx2 = 2;
+constexpr int kInt4PassRowsAvx2 = 4;
 
 inline float hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -85,7 +89,7 @@ void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1) {
 }
 
 void tiles_avx2(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
-  run_tiles<false, kPassRowsAvx2>(a, w, o, t0, t1);
+  run_tiles<false, kPassRowsAvx2, kInt4PassRowsAvx2>(a, w, o, t0, t1);
 }
 
 }  // namespace swiftspec

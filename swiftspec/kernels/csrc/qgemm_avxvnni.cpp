@@ -8,7 +8,7 @@ namespace swiftspec {
 // Passes of 4 rows: vpdpbusd accumulates in place, so the low and high nibbles share one
 // int32 sum per row and column pair, and 4 rows fit the 16 ymm registers.
 void tiles_avxvnni(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1) {
-  run_tiles<true, 4>(a, w, o, t0, t1);
+  run_tiles<true, 4, 4>(a, w, o, t0, t1);
 }
 
 }  // namespace swiftspec
