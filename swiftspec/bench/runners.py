@@ -97,7 +97,8 @@ def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sou
     draft_bytes = our_weight_bytes(model_args(sources.draft), dload.dtype, dload.weights) if drafts else 0
     lineup.weight_bytes[spec.name] = WeightBytes(target_bytes, draft_bytes)
     fmt = load.dtype if load.weights == "bf16" else f"{load.weights} weights, {load.dtype} activations"
-    lineup.backends[spec.name] = f"swiftspec {spec.variant} ({fmt})"
+    draft = f"; {dload.weights} draft" if drafts else ""
+    lineup.backends[spec.name] = f"swiftspec {spec.variant} ({fmt}{draft})"
     lineup.draft_forwards[spec.name] = _our_draft_forwards(engine, config)
 
 

@@ -66,7 +66,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
                              "as stored and the rest int8; else bf16)")
     parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: auto chooses; else on CPU int8 for a bf16 target "
-                             "and int4 for a gguf one, else --weights)")
+                             "(int4 without VNNI) and int4 for a gguf one, else --weights)")
     parser.add_argument("--max-seq-len", type=int, default=LoadConfig().max_seq_len, help="KV cache length")
     parser.add_argument("--draft-vocab", type=int, default=None,
                         help=f"pruned draft LM head size (0 = full vocabulary; default {defaults.draft_vocab})")

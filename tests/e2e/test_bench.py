@@ -58,6 +58,8 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
             assert {"prompt", "token_index", "tie"} <= set(mode["first_divergence"])
     assert report["modes"]["ar"]["matches_ar"] is True
     assert report["modes"]["ar"]["acceptance_length"] == 1.0
+    assert report["modes"]["chain"]["backend"].endswith("; bf16 draft)")  # the draft's format, beside the target's
+    assert "draft" not in report["modes"]["ar"]["backend"]
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / "report.md").read_text()
     assert all(f"| `{name}` |" in table for name in report["modes"])

@@ -161,9 +161,11 @@ def test_parsing_flags_compiles_no_cpp(monkeypatch) -> None:
     configs = [engine_config_from_args(_args(*argv)) for argv in [(), ("--weights", "bf16"), ("--weights", "int4")]]
     assert [c.draft_load.weights for c in configs] == [None, None, None]
     assert engine_config_from_args(_args("--draft-weights", "int4")).draft_load.weights == "int4"
-    for kernels_load, want in [(object(), "int8"), (None, "bf16")]:
+    for kernels_load, level, want in [(object(), "avx512-vnni", "int8"), (object(), "avx2-vnni", "int8"),
+                                      (object(), "avx2", "int4"), (None, "none", "bf16")]:
         monkeypatch.setattr(cpu_ext, "load", lambda k=kernels_load: k)
-        assert resolve_draft_weights(configs[1]).draft_load.weights == want  # a bf16 target on CPU
+        monkeypatch.setitem(cpu_ext._state, "level", cpu_ext.LEVELS[level])
+        assert resolve_draft_weights(configs[1]).draft_load.weights == want, level  # a bf16 target on CPU
     assert resolve_draft_weights(configs[2]).draft_load.weights == "int4"  # the target's own format
     gguf = EngineConfig(target_load=LoadConfig(weights="gguf"), draft_load=LoadConfig(weights=None))
     for kernels_load, want in [(object(), "int4"), (None, "gguf")]:  # a GGUF target: an int4 draft
