@@ -46,9 +46,13 @@ class RoundCosts:
     and costs an expansion; the round's tokens cost token_s each.  So below P = expand_s / token_s
     a leaf slows decoding down and is skipped: a round ends early where the draft is unsure, and
     goes up to d deep where it is sure (a chain cannot do either).
-    Verification: verify_s[n - 1] is the time to verify n nodes; the subtree keeps the nodes that
-    repay their rows (tree.best_size), with other_s the round's time outside drafting and
-    verification.
+    Verification: verify_s[n - 1] is the start-up profile's time to verify n nodes, and
+    verify_scale the running ratio of measured to profiled times, over every round whatever its
+    size: so the host's speed is tracked at every size, and one slow round (a stall, another
+    process) decays away in the rounds after it.  (Running times kept per size never recovered:
+    a stalled round made every larger size look dear, no later round verified one, and the engine
+    verified fewer nodes for good.)  The subtree keeps the nodes that repay their rows
+    (tree.best_size), with other_s the round's time outside drafting and verification.
     Both rules read path probabilities as acceptance chances.  Where fewer tokens are accepted
     than they promise (chat, for a code draft), trust() < 1 scales them down, so the rounds get
     narrower and shallower and verify fewer rows; it never scales them up, so a workload where
@@ -60,7 +64,8 @@ class RoundCosts:
     expand_s: float = 0.0
     token_s: float = 0.0
     other_s: float = 0.0
-    verify_s: list[float] = field(default_factory=list)  # [bs]; empty until profiled
+    verify_s: list[float] = field(default_factory=list)  # [bs] the start-up profile; empty until profiled
+    verify_scale: float = 1.0  # measured / profiled verification time, smoothed over every round
     accepted: float = 0.0  # draft tokens accepted per round
     promised: float = 0.0  # ... and what the verified nodes' path probabilities promised
 
@@ -70,7 +75,8 @@ class RoundCosts:
         self.token_s = _smooth(self.token_s, r.round_s / max(1, r.tokens))
         self.other_s = _smooth(self.other_s, max(0.0, r.round_s - r.draft_s - r.verify_s))
         if 0 < r.nodes <= len(self.verify_s):
-            self.verify_s[r.nodes - 1] = _smooth(self.verify_s[r.nodes - 1], r.verify_s)
+            ratio = r.verify_s / self.verify_s[r.nodes - 1]
+            self.verify_scale = (1 - COST_SMOOTHING) * self.verify_scale + COST_SMOOTHING * ratio
         if r.nodes > 1:
             self.accepted = _smooth(self.accepted, r.tokens - 1)
             self.promised = _smooth(self.promised, r.promised)
@@ -88,6 +94,9 @@ class RoundCosts:
         return math.log(min(MAX_FLOOR, self.expand_s / (self.token_s * self.trust())))
 
     def verify_costs(self) -> torch.Tensor | None:
-        """verify_s as a [bs] tensor made non-decreasing (more rows never cost less; a noisy
-        measurement must not make a larger subtree look cheaper), None until profiled."""
-        return torch.tensor(self.verify_s).cummax(0).values if self.verify_s else None
+        """Seconds to verify 1..bs nodes now, [bs]: the profile made non-decreasing (more rows
+        never cost less; a noisy measurement must not make a larger subtree look cheaper) times
+        verify_scale; None until profiled."""
+        if not self.verify_s:
+            return None
+        return torch.tensor(self.verify_s).cummax(0).values * self.verify_scale

@@ -83,14 +83,31 @@ def test_round_costs_distrust_promises_that_fail() -> None:
     assert zero.trust() == MIN_TRUST
 
 
-def test_round_costs_track_the_verified_size_only() -> None:
+def test_round_costs_scale_the_profile_by_every_round() -> None:
     costs = RoundCosts()
     assert costs.verify_costs() is None  # not profiled: verify the whole subtree
     costs.verify_s = [0.02, 0.03, 0.04]
-    costs.update(RoundTimes(0.01, 1, 2, 0.05, 0.07, 2))
-    assert costs.verify_costs().tolist() == pytest.approx([0.02, 0.8 * 0.03 + 0.2 * 0.05, 0.04])
+    costs.update(RoundTimes(0.01, 1, 2, 0.06, 0.07, 2))  # two rows took twice their profiled time
+    assert costs.verify_costs().tolist() == pytest.approx([1.2 * t for t in (0.02, 0.03, 0.04)])
     costs.verify_s = [0.02, 0.05, 0.04]  # noise: three rows measured cheaper than two
-    assert costs.verify_costs().tolist() == pytest.approx([0.02, 0.05, 0.05])
+    assert costs.verify_costs().tolist() == pytest.approx([1.2 * t for t in (0.02, 0.05, 0.05)])
+
+
+def test_one_stalled_round_does_not_stop_larger_subtrees_for_good() -> None:
+    """A round of 3 nodes stalls 0.5 s; the rounds after it verify 1 node only (the dear sizes
+    are never measured again): the costs still return to the profile, and so does the size
+    best_size picks.  (Per-size running times kept 3+ nodes at 133 ms here: the real pair's tree
+    then verified at most 2 nodes per round for the rest of the engine's life.)"""
+    profile = [0.027, 0.028, 0.033, 0.039]
+    costs = RoundCosts(verify_s=list(profile))
+    ranked = torch.tensor([0.0, math.log(0.9), math.log(0.8), math.log(0.7)])
+    assert best_size(ranked, costs.verify_costs(), 0.01) == 4
+    costs.update(RoundTimes(0.01, 1, 3, 0.5, 0.52, 1))
+    assert costs.verify_costs()[0] > 0.1  # the stall slows every size alike
+    for _ in range(20):
+        costs.update(RoundTimes(0.01, 1, 1, 0.027, 0.04, 1))
+    assert costs.verify_costs().tolist() == pytest.approx(profile, rel=0.05)
+    assert best_size(ranked, costs.verify_costs(), 0.01) == 4
 
 
 def test_adaptive_engine_profiles_every_verification_size(tiny_target, tiny_draft, caplog) -> None:
