@@ -18,6 +18,10 @@ MIN_TRUST = 0.05  # the least RoundCosts.trust() says, so that the rules never d
 # floor of 1 would end drafting for good, since rounds without expansions (and without draft nodes
 # verified) never measure expand_s or trust again (seen under host load: every round 1 token).
 MAX_FLOOR = 0.6
+# trust() starts from this many tokens accepted of as many promised, as if one round had kept its
+# promise: so one round that accepts nothing lowers trust to 0.6 or so, not to MIN_TRUST (where
+# the rules verify the root alone, which never measures trust again).
+TRUST_PRIOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +70,8 @@ class RoundCosts:
     other_s: float = 0.0
     verify_s: list[float] = field(default_factory=list)  # [bs] the start-up profile; empty until profiled
     verify_scale: float = 1.0  # measured / profiled verification time, smoothed over every round
-    accepted: float = 0.0  # draft tokens accepted per round
-    promised: float = 0.0  # ... and what the verified nodes' path probabilities promised
+    accepted: float = TRUST_PRIOR  # draft tokens accepted per round (smoothed from the prior)
+    promised: float = TRUST_PRIOR  # ... and what the verified nodes' path probabilities promised
 
     def update(self, r: RoundTimes) -> None:
         if r.expansions:
@@ -78,13 +82,11 @@ class RoundCosts:
             ratio = r.verify_s / self.verify_s[r.nodes - 1]
             self.verify_scale = (1 - COST_SMOOTHING) * self.verify_scale + COST_SMOOTHING * ratio
         if r.nodes > 1:
-            self.accepted = _smooth(self.accepted, r.tokens - 1)
-            self.promised = _smooth(self.promised, r.promised)
+            self.accepted = (1 - COST_SMOOTHING) * self.accepted + COST_SMOOTHING * (r.tokens - 1)
+            self.promised = (1 - COST_SMOOTHING) * self.promised + COST_SMOOTHING * r.promised
 
     def trust(self) -> float:
-        """Accepted over promised tokens, at most 1 (1 until measured)."""
-        if not self.promised:
-            return 1.0
+        """Accepted over promised tokens, at most 1 (1 until measured: TRUST_PRIOR)."""
         return min(1.0, max(MIN_TRUST, self.accepted / self.promised))
 
     def min_weight(self) -> float:
