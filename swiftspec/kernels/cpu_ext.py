@@ -28,7 +28,7 @@ from types import ModuleType
 import torch
 
 from swiftspec.errors import UserError
-from swiftspec.kernels.quant import PackedWeight
+from swiftspec.kernels.quant import PackedWeight, int4_fit_ref
 
 _CSRC = Path(__file__).parent / "csrc"
 MAX_SMALL_ROWS = 16  # kMaxSmallRows in glue.h; larger calls (prefill) go to the prefill paths
@@ -217,6 +217,13 @@ def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = 
     else:
         y = ext.quant_linear(x2, qw.qweight, qw.scale, _EMPTY, _EMPTY, bias, False, n, k, qw.group_size, lvl)
     return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
+
+
+def int4_fit(groups: torch.Tensor) -> torch.Tensor:
+    """quant.int4_fit_ref's search in C++ (the same rule, the same result on every CPU), or the
+    torch reference where the kernels are unavailable.  groups [G, n] fp32 -> [G, 2] (d, mn)."""
+    ext = load()
+    return ext.int4_fit(groups.float().contiguous()) if ext is not None else int4_fit_ref(groups)
 
 
 def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,

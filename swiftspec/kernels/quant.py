@@ -6,6 +6,8 @@ Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero)
   operand order of vpdpbusd.  K is zero-padded to Kp, a multiple of ``group_size`` (the K-block
   over which the kernel quantizes activations).
 - int4: group-wise asymmetric, w ~= d[n, g] * q + mn[n, g], q in [0, 15] (llama.cpp's Q4_1).
+  Each group's (d, mn) is searched as llama.cpp's K-quants do (``int4_fit_ref``; the C++ twin,
+  csrc/int4_fit.cpp, is what conversion runs), not taken from the group's min and max.
   ``qweight`` is uint8 [T, K/8, 16, 4]: byte i of a channel's 4 bytes holds k = 8s + i in its low
   and k = 8s + 4 + i in its high nibble, so one shift + mask gives two vpdpbusd operands.
   ``scale`` (d) and ``mins`` (mn) are fp16 [T, K/G, 16].
@@ -100,8 +102,57 @@ def quantize_int8(w: torch.Tensor, block: int | None = None) -> PackedWeight:
     return PackedWeight("int8", (n, k), block, packed, scales)
 
 
-def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
-    """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0."""
+INT4_GRIDS = 21  # candidate grids of the int4 search: 15 + c steps over the range, c = -1.0 .. 1.0
+
+
+def _int4_error(sums: torch.Tensor, d: torch.Tensor, m: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    """Weighted squared error of d * q + m against x, from the grid's sums (w q, w q^2, w q x) and
+    the group's (w, w x, w x^2), each [3, G] float64."""
+    wl, wll, wlx = sums
+    sw, swx, swxx = stats
+    return swxx - 2 * d * wlx - 2 * m * swx + d * d * wll + 2 * d * m * wl + m * m * sw
+
+
+def int4_fit_ref(groups: torch.Tensor) -> torch.Tensor:
+    """Each group's int4 (d, mn) by search, in torch: groups [G, n] fp32 -> [G, 2] fp32.
+
+    The rule of csrc/int4_fit.cpp (llama.cpp's make_qkx2_quants with a free offset): for each
+    candidate grid q = clamp(round((x - lo) * (15 + c) / (hi - lo)), 0, 15), fit (d, mn) by least
+    squares weighted by rms(x) + |x|, and keep the fit of least weighted error, starting from
+    min-max rounding.  Sums run in another order than the C++ one, so a near-tie may go the other way."""
+    x = groups.float()
+    lo, hi = x.amin(1), x.amax(1)  # [G]
+    span = hi - lo
+    flat = ~(span > 0)
+    span = torch.where(flat, torch.ones_like(span), span)
+    w = (x.double().pow(2).mean(1).sqrt().float()[:, None] + x.abs())  # [G, n]
+    wd, xd = w.double(), x.double()
+    stats = torch.stack((wd.sum(1), (wd * xd).sum(1), (wd * xd * xd).sum(1)))  # [3, G]
+
+    def grid(top: float) -> torch.Tensor:  # [3, G]: the sums of the grid of top steps over the range
+        q = ((x - lo[:, None]) * (top / span)[:, None]).clamp(0, 15).round()  # [G, n]
+        a = (w * q).double()
+        return torch.stack((a.sum(1), (a * q.double()).sum(1), (a * xd).sum(1)))
+
+    best_d, best_m = (span / 15).double(), lo.double()
+    best_e = _int4_error(grid(15.0), best_d, best_m, stats)
+    for c in range(INT4_GRIDS):
+        wl, wll, wlx = sums = grid(14.0 + c / 10)
+        det = stats[0] * wll - wl * wl
+        safe = torch.where(det > 0, det, torch.ones_like(det))
+        d, m = (stats[0] * wlx - wl * stats[1]) / safe, (wll * stats[1] - wl * wlx) / safe
+        e = _int4_error(sums, d, m, stats)
+        take = (det > 0) & (d > 0) & (e < best_e)
+        best_e, best_d, best_m = (torch.where(take, a, b) for a, b in ((e, best_e), (d, best_d), (m, best_m)))
+    best_d = torch.where(flat, torch.zeros_like(best_d), best_d)
+    return torch.stack((best_d, best_m), 1).float()
+
+
+def quantize_int4(w: torch.Tensor, group_size: int = 128, fit=int4_fit_ref) -> PackedWeight:  # noqa: ANN001
+    """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0.
+
+    fit: groups [G, group_size] fp32 -> [G, 2] (d, mn) before rounding to fp16 (int4_fit_ref, or
+    cpu_ext.int4_fit, its C++ twin, which conversion uses)."""
     _check_weight(w)
     n, k = w.shape
     if group_size not in BLOCKS or k % group_size:
@@ -111,10 +162,10 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
     d_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
     m_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
     for r0 in range(0, n, CHUNK_ROWS):
-        g = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu().view(-1, ng, group_size)
+        g = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu().contiguous().view(-1, ng, group_size)
         rows = g.shape[0]
-        lo, hi = g.amin(dim=-1), g.amax(dim=-1)  # [rows, K/G]
-        d16, m16 = ((hi - lo) / 15.0).half(), lo.half()
+        dm = fit(g.view(-1, group_size)).view(rows, ng, 2)
+        d16, m16 = dm[..., 0].half(), dm[..., 1].half()  # [rows, K/G]
         if not (torch.isfinite(d16).all() and torch.isfinite(m16).all()):
             raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")
         d, m = d16.float()[..., None], m16.float()[..., None]

@@ -19,7 +19,7 @@ from torch import nn
 
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
+from swiftspec.kernels.quant import dequantize, int4_fit_ref, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +96,43 @@ def test_packing_roundtrip() -> None:
     assert ((dequantize(q8) - w).abs() <= 0.5001 * q8.scale[:40, None]).all()
     for group in (32, 64, 128):
         q4 = kernels.quantize_int4(w, group)
-        d = q4.scale.permute(0, 2, 1).reshape(-1, 256 // group)[:40].float().repeat_interleave(group, 1)
-        assert ((dequantize(q4) - w).abs() <= 0.51 * d + 1e-4).all()
+        d, m = (v.permute(0, 2, 1).reshape(-1, 256 // group)[:40].float().repeat_interleave(group, 1)
+                for v in (q4.scale, q4.mins))
+        inside = (w >= m - 0.5 * d) & (w <= m + 15.5 * d)  # the search may clip a group's extremes
+        assert ((dequantize(q4) - w).abs() <= 0.5001 * d + 1e-6)[inside].all()
+        assert torch.equal(dequantize(q4), d * ((w - m) / d).round().clamp(0, 15) + m)
         assert q4.qweight.numel() == 48 * 256 // 2  # N padded to 3 tiles of 16, two values a byte
+
+
+def _int4_error(groups: torch.Tensor, dm: torch.Tensor, weighted: bool) -> torch.Tensor:
+    """Per group: the (weighted) squared error of the fp16 fit, each value rounded to its nearest level."""
+    d, m = dm[:, :1].half().float(), dm[:, 1:].half().float()
+    q = torch.where(d > 0, ((groups - m) / torch.where(d > 0, d, 1.0)).round(), 0.0).clamp(0, 15)
+    w = groups.pow(2).mean(1, keepdim=True).sqrt() + groups.abs() if weighted else 1.0
+    return (w * (d * q + m - groups) ** 2).sum(1)
+
+
+@pytest.mark.parametrize("n", [32, 64, 128])
+def test_int4_fit_beats_min_max_rounding_on_every_cpu_the_same_way(ext, n) -> None:
+    """The searched (d, mn) of each group errs less than min-max rounding (weighted, as searched;
+    and plainly, on average); the C++ search equals its torch twin up to summation order, and a
+    flat group gets d = 0."""
+    torch.manual_seed(n)
+    groups = torch.cat([torch.randn(3000, n) * torch.rand(3000, 1),  # Gaussian groups of mixed scale
+                        torch.randn(1000, n).pow(3),  # heavy tails: outliers the search may clip
+                        torch.rand(1000, n) - 0.3,  # uniform, off centre
+                        torch.full((2, n), 0.25)])  # flat
+    fit, ref = cpu_ext.int4_fit(groups), int4_fit_ref(groups)
+    lo, hi = groups.amin(1, keepdim=True), groups.amax(1, keepdim=True)
+    min_max = torch.cat(((hi - lo) / 15, lo), 1)
+    for dm in (fit, ref):
+        assert (_int4_error(groups, dm, True) <= _int4_error(groups, min_max, True) * 1.002 + 1e-9).all()
+        assert _int4_error(groups, dm, False).mean() < 0.92 * _int4_error(groups, min_max, False).mean()
+    same = ((fit - ref).abs() <= 1e-4 * ref.abs() + 1e-7).all(1)
+    assert same.float().mean() > 0.99
+    assert torch.equal(fit[-2:], torch.tensor([[0.0, 0.25], [0.0, 0.25]]))
+    qw = kernels.quantize_weight(groups[:16 * (len(groups) // 16)].reshape(-1, 4 * n), "int4", n)
+    assert torch.equal(qw.scale.permute(0, 2, 1).reshape(-1), fit[: qw.scale.numel(), 0].half())  # conversion runs the C++ fit
 
 
 @pytest.mark.parametrize("fmt", ["int4", "int8"])

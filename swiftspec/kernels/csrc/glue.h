@@ -41,6 +41,7 @@ int64_t rowwise_path(int64_t level);
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& d,
                         const at::Tensor& mn, const c10::optional<at::Tensor>& bias, bool int4, int64_t N, int64_t K,
                         int64_t blk, int64_t level);
+at::Tensor int4_fit(const at::Tensor& groups);  // [G, n] fp32 -> [G, 2] (d, mn): int4_fit.cpp's search
 at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
                        int64_t level);
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,

@@ -71,6 +71,10 @@ void quantize_act_avx2(const ActIn& in, const ActQ& a, int64_t r0, int64_t r1);
 void tiles_avx2(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);
 void tiles_avxvnni(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0, int64_t t1);  // AVX2's layout
 
+// int4 weight quantization (int4_fit.cpp, plain x86-64): groups [g0, g1) of x (n fp32 values each,
+// n a multiple of 8, <= 128) -> dm[2 g] = d, dm[2 g + 1] = mn, the searched fit of each group.
+void int4_fit_groups(const float* x, int64_t g0, int64_t g1, int n, float* dm);
+
 // bf16 linear at small M (bf16_gemm_avx512.cpp): out [M, N] bf16 = x [M, K] @ w[N, K]^T + bias,
 // all bf16 except the fp32 bias; ld* are row strides in elements.  bf16_cols_avx512 computes
 // output channels [n0, n1) (n0 a multiple of bf16_block_channels(M)) for all M rows.

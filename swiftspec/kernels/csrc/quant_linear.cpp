@@ -1,5 +1,6 @@
 // Torch glue of the int8/int4 linear (kernels in qgemm_avx512.cpp and qgemm_avx2.cpp): argument
-// checks, the ISA path, activation quantization and the thread split.
+// checks, the ISA path, activation quantization and the thread split; and of the int4
+// quantizer's search (int4_fit.cpp).
 #include "glue.h"
 #include "parallel.h"
 
@@ -93,6 +94,19 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   auto run = isa == kAvx512Vnni ? tiles_avx512 : isa == kAvx2Vnni ? tiles_avxvnni : tiles_avx2;
   parallel_chunks(T, T * Kp * x.size(0), [&](int64_t t0, int64_t t1) { run(act, w, o, t0, t1); });
   return out;
+}
+
+// The int4 quantizer's per-group fit (int4_fit.cpp): groups [G, n] fp32 -> [G, 2] fp32 (d, mn).
+at::Tensor int4_fit(const at::Tensor& groups) {
+  TORCH_CHECK(groups.device().is_cpu() && groups.scalar_type() == at::kFloat && groups.dim() == 2 &&
+              groups.is_contiguous(), "int4_fit: groups must be a contiguous CPU float32 [G, n]");
+  const int64_t G = groups.size(0), n = groups.size(1);
+  TORCH_CHECK(n == 32 || n == 64 || n == 128, "int4_fit: groups of 32, 64 or 128 values");
+  at::Tensor dm = at::empty({G, 2}, groups.options());
+  const float* x = groups.data_ptr<float>();
+  float* out = dm.data_ptr<float>();
+  parallel_chunks(G, G * n * 22, [&](int64_t g0, int64_t g1) { int4_fit_groups(x, g0, g1, static_cast<int>(n), out); });
+  return dm;
 }
 
 }  // namespace swiftspec
