@@ -113,6 +113,9 @@ def _int4_error(sums: torch.Tensor, d: torch.Tensor, m: torch.Tensor, stats: tor
     return swxx - 2 * d * wlx - 2 * m * swx + d * d * wll + 2 * d * m * wl + m * m * sw
 
 
+INT4_FIT_CHUNK = 1024  # groups searched at a time: ~20 passes over each chunk stay in cache
+
+
 def int4_fit_ref(groups: torch.Tensor) -> torch.Tensor:
     """Each group's int4 (d, mn) by search, in torch: groups [G, n] fp32 -> [G, 2] fp32.
 
@@ -120,6 +123,11 @@ def int4_fit_ref(groups: torch.Tensor) -> torch.Tensor:
     candidate grid q = clamp(round((x - lo) * (15 + c) / (hi - lo)), 0, 15), fit (d, mn) by least
     squares weighted by rms(x) + |x|, and keep the fit of least weighted error, starting from
     min-max rounding.  Sums run in another order than the C++ one, so a near-tie may go the other way."""
+    return torch.cat([_int4_fit_chunk(groups[i : i + INT4_FIT_CHUNK])
+                      for i in range(0, groups.shape[0], INT4_FIT_CHUNK)]) if groups.shape[0] else torch.zeros(0, 2)
+
+
+def _int4_fit_chunk(groups: torch.Tensor) -> torch.Tensor:
     x = groups.float()
     lo, hi = x.amin(1), x.amax(1)  # [G]
     span = hi - lo
