@@ -103,6 +103,7 @@ def quantize_int8(w: torch.Tensor, block: int | None = None) -> PackedWeight:
 
 
 INT4_GRIDS = 21  # candidate grids of the int4 search: 15 + c steps over the range, c = -1.0 .. 1.0
+INT4_MIN_MAX = 10  # c = 0: the grid of min-max rounding, where the search starts
 
 
 def _int4_error(sums: torch.Tensor, d: torch.Tensor, m: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
@@ -142,10 +143,11 @@ def _int4_fit_chunk(groups: torch.Tensor) -> torch.Tensor:
         a = (w * q).double()
         return torch.stack((a.sum(1), (a * q.double()).sum(1), (a * xd).sum(1)))
 
+    grids = [grid(14.0 + c / 10) for c in range(INT4_GRIDS)]
     best_d, best_m = (span / 15).double(), lo.double()
-    best_e = _int4_error(grid(15.0), best_d, best_m, stats)
-    for c in range(INT4_GRIDS):
-        wl, wll, wlx = sums = grid(14.0 + c / 10)
+    best_e = _int4_error(grids[INT4_MIN_MAX], best_d, best_m, stats)
+    for sums in grids:
+        wl, wll, wlx = sums
         det = stats[0] * wll - wl * wl
         safe = torch.where(det > 0, det, torch.ones_like(det))
         d, m = (stats[0] * wlx - wl * stats[1]) / safe, (wll * stats[1] - wl * wlx) / safe

@@ -20,8 +20,10 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kGrids = 22;  // min-max rounding, then 15 + c steps over the range, c = -1.0 .. 1.0
-constexpr int kPair = 2;    // grids summed in one sweep of the group (independent chains)
+// The grids: 15 + c steps over the range, c = -1.0 .. 1.0 (kernels.h kInt4FitGrids).
+constexpr int kMinMax = 10;  // c = 0: the grid of min-max rounding, where the search starts
+constexpr int kPair = 3;     // grids summed in one sweep of the group (independent chains)
+static_assert(kInt4FitGrids % kPair == 0, "the sweeps take the grids kPair at a time");
 
 // Weighted sums of a grid q over the group: w q, w q^2, w q x.
 struct Sums {
@@ -124,18 +126,17 @@ inline void fit_group(const float* x, int n, float* dm) {
     swx += (double)w[i] * x[i];
     swxx += (double)w[i] * x[i] * x[i];
   }
-  float inv[kGrids];
-  inv[0] = 15.f / (hi - lo);
-  for (int c = 1; c < kGrids; ++c) inv[c] = (14.f + (c - 1) / 10.f) / (hi - lo);
-  Sums s[kGrids];
-  for (int c = 0; c < kGrids; c += kPair) GridSums(x, w, n, lo, inv + c, s + c);
+  float inv[kInt4FitGrids];
+  for (int c = 0; c < kInt4FitGrids; ++c) inv[c] = (14.f + c / 10.f) / (hi - lo);
+  Sums s[kInt4FitGrids];
+  for (int c = 0; c < kInt4FitGrids; c += kPair) GridSums(x, w, n, lo, inv + c, s + c);
   // The weighted squared error of d * q + m against x, from the sums.
   auto error = [&](const Sums& g, double d, double m) {
     return swxx - 2 * d * g.wlx - 2 * m * swx + d * d * g.wll + 2 * d * m * g.wl + m * m * sw;
   };
   float best_d = (hi - lo) / 15.f, best_m = lo;
-  double best_e = error(s[0], best_d, best_m);
-  for (int c = 1; c < kGrids; ++c) {
+  double best_e = error(s[kMinMax], best_d, best_m);
+  for (int c = 0; c < kInt4FitGrids; ++c) {
     const double det = sw * s[c].wll - s[c].wl * s[c].wl;
     if (!(det > 0)) continue;
     const double d = (sw * s[c].wlx - s[c].wl * swx) / det, m = (s[c].wll * swx - s[c].wl * s[c].wlx) / det;

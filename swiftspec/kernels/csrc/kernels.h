@@ -73,6 +73,7 @@ void tiles_avxvnni(const ActQ& a, const PackedW& w, const OutSpec& o, int64_t t0
 
 // int4 weight quantization (int4_fit.cpp, plain x86-64): groups [g0, g1) of x (n fp32 values each,
 // n a multiple of 8, <= 128) -> dm[2 g] = d, dm[2 g + 1] = mn, the searched fit of each group.
+constexpr int kInt4FitGrids = 21;  // candidate grids per group (each a sweep of its n values)
 void int4_fit_groups(const float* x, int64_t g0, int64_t g1, int n, float* dm);
 
 // bf16 linear at small M (bf16_gemm_avx512.cpp): out [M, N] bf16 = x [M, K] @ w[N, K]^T + bias,

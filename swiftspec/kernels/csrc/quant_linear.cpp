@@ -105,7 +105,7 @@ at::Tensor int4_fit(const at::Tensor& groups) {
   at::Tensor dm = at::empty({G, 2}, groups.options());
   const float* x = groups.data_ptr<float>();
   float* out = dm.data_ptr<float>();
-  parallel_chunks(G, G * n * 22, [&](int64_t g0, int64_t g1) { int4_fit_groups(x, g0, g1, static_cast<int>(n), out); });
+  parallel_chunks(G, G * n * kInt4FitGrids, [&](int64_t g0, int64_t g1) { int4_fit_groups(x, g0, g1, static_cast<int>(n), out); });
   return dm;
 }
 
