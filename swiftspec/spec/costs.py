@@ -37,8 +37,12 @@ class RoundTimes:
     promised: float = 0.0  # accepted tokens the verified nodes' path probabilities promised (their sum)
 
 
-def _smooth(old: float, new: float) -> float:
-    return new if not old else (1 - COST_SMOOTHING) * old + COST_SMOOTHING * new
+def _ema(old: float, new: float) -> float:
+    return (1 - COST_SMOOTHING) * old + COST_SMOOTHING * new
+
+
+def _smooth(old: float, new: float) -> float:  # the first measurement (old still 0) taken as is
+    return new if not old else _ema(old, new)
 
 
 @dataclass(slots=True)
@@ -80,10 +84,10 @@ class RoundCosts:
         self.other_s = _smooth(self.other_s, max(0.0, r.round_s - r.draft_s - r.verify_s))
         if 0 < r.nodes <= len(self.verify_s):
             ratio = r.verify_s / self.verify_s[r.nodes - 1]
-            self.verify_scale = (1 - COST_SMOOTHING) * self.verify_scale + COST_SMOOTHING * ratio
+            self.verify_scale = _ema(self.verify_scale, ratio)
         if r.nodes > 1:
-            self.accepted = (1 - COST_SMOOTHING) * self.accepted + COST_SMOOTHING * (r.tokens - 1)
-            self.promised = (1 - COST_SMOOTHING) * self.promised + COST_SMOOTHING * r.promised
+            self.accepted = _ema(self.accepted, r.tokens - 1)
+            self.promised = _ema(self.promised, r.promised)
 
     def trust(self) -> float:
         """Accepted over promised tokens, at most 1 (1 until measured: TRUST_PRIOR)."""
