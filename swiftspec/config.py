@@ -15,6 +15,7 @@ MODES = ("ar", "chain", "tree", "async")
 NO_DRAFT = "none"  # --draft-model none: no draft model, the tree holds prompt-lookup candidates only
 AUTO = "auto"  # choose among MODES by a cached profile of this machine and model pair (runtime/auto)
 WEIGHT_FORMATS = ("bf16", "int8", "int4")
+SINK_TOKENS = 4  # a windowed draft context keeps the prompt's first tokens (StreamingLLM's attention sinks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +34,9 @@ class TreeConfig:
     lookup_tokens: int = 8  # most tokens of one lookup candidate
     lookup_branches: int = 3  # most distinct continuations grafted per lookup
     lookup_ngram: int = 4  # longest n-gram matched against the prompt and output (down to 1)
+    # prompt tokens the draft model reads (its first SINK_TOKENS and the last ones; 0 = all): on a long
+    # prompt the draft's own prefill would cost more decode time than its better guesses save
+    draft_context: int = 256
 
     def __post_init__(self) -> None:
         for name in ("width", "verify_size", "topk", "budget", "chain_length", "lookup_tokens",
@@ -44,6 +48,9 @@ class TreeConfig:
                 raise ConfigError(f"tree setting {name} must be True or False, got {getattr(self, name)!r}")
         if self.depth < 0:
             raise ConfigError(f"tree depth must be >= 0, got {self.depth}")
+        if self.draft_context != 0 and self.draft_context < 2 * SINK_TOKENS:
+            raise ConfigError(f"draft context must be 0 (the whole prompt) or >= {2 * SINK_TOKENS}, "
+                              f"got {self.draft_context}")
         if self.budget < self.verify_size + self.width * self.topk:
             raise ConfigError("tree budget must hold at least verify_size + width * topk nodes")
 
@@ -58,7 +65,7 @@ class LoadConfig:
 
     device: str = "cpu"
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
-    max_seq_len: int = 4096
+    max_seq_len: int = 0  # tokens of context (KV cache length); 0: the model's own, within memory (exec.load)
     # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"; None (a draft only):
     # the default for its target, resolved when the engine is built (exec.load.resolve_draft_weights)
     weights: str | None = "bf16"
@@ -68,8 +75,8 @@ class LoadConfig:
             raise ConfigError(f"unsupported dtype {self.dtype!r}")
         if self.weights is not None and self.weights not in WEIGHT_FORMATS:
             raise ConfigError(f"unsupported weight format {self.weights!r}")
-        if self.max_seq_len < 16:
-            raise ConfigError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
+        if self.max_seq_len != 0 and self.max_seq_len < 16:
+            raise ConfigError(f"max_seq_len must be 0 (the model's own) or >= 16, got {self.max_seq_len}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

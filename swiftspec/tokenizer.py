@@ -6,6 +6,7 @@ metadata by transformers (the weights conversion cache then saves it as those tw
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ class Tokenizer:
         self._hf = hf
         self.vocab_size: int = len(hf)
         self.eos_token_ids: frozenset[int] = _eos_ids(hf)
+        self.start_ids: tuple[int, ...] = tuple(hf.encode("", add_special_tokens=True))  # BOS, if encode adds one
+        self._added = {t.content: i for i, t in hf.added_tokens_decoder.items()}
 
     @classmethod
     def from_dir(cls, path: Path) -> "Tokenizer":
@@ -64,6 +67,25 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of text, with the BOS token when the tokenizer adds one (Llama does, Qwen not)."""
         return self._hf.encode(text, add_special_tokens=True)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of text as plain text: no BOS, and the spelling of a special token ("<|im_end|>")
+        stays text. For untrusted pieces placed between control tokens that the caller inserts by id."""
+        return self._plain.encode(text, add_special_tokens=False).ids
+
+    @functools.cached_property
+    def _plain(self) -> Any:  # tokenizers.Tokenizer
+        """A copy of the fast tokenizer's backend that reads special-token spellings as text, set
+        once on its own copy (the shared backend keeps parsing them, as chat templates need)."""
+        import tokenizers
+
+        plain = tokenizers.Tokenizer.from_str(self._hf.backend_tokenizer.to_str())
+        plain.encode_special_tokens = True
+        return plain
+
+    def added_token_id(self, content: str) -> int | None:
+        """The id of the added (control) token spelled `content`, or None if the vocabulary has none."""
+        return self._added.get(content)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._hf.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)

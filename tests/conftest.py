@@ -43,6 +43,12 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_fim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny_qwen_dir's architecture with Qwen2.5-Coder's fill-in-the-middle tokens in its vocabulary."""
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "qwen2-fim", arch="qwen2", fim=True)
+
+
+@pytest.fixture(scope="session")
 def tiny_draft_dir(tiny_qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A slightly perturbed copy of tiny_qwen_dir: agrees with it often, not always."""
     return make_perturbed_draft(tiny_qwen_dir, tmp_path_factory.mktemp("tiny") / "qwen2-draft")

@@ -22,7 +22,7 @@ LAYERS = (
     ("spec",),  # speculation: TreeDrafter, prompt lookup, TreeVerifier
     ("exec",),  # execution: ModelRunner, CUDA graphs, loading a target ready to run
     ("weights", "model", "cache", "parallel", "kernels"),  # a model and what it runs on
-    ("tree", "verify", "sampling", "tokenizer", "config", "errors"),  # pure logic and plain data
+    ("tree", "verify", "sampling", "tokenizer", "fim", "config", "errors"),  # pure logic and plain data
 )
 INDEPENDENT = {frozenset(("serve", "bench"))}
 # Pure modules may import only torch, the standard library and these swiftspec modules.

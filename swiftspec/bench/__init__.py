@@ -17,13 +17,15 @@ import torch
 from swiftspec.bench import auto_report
 from swiftspec.bench.divergence import TieProbe, compare_to_ar
 from swiftspec.bench.harness import ModeSpec, RunResult, check_groups, parse_modes, run_interleaved
-from swiftspec.bench.prompts import load_prompts
+from swiftspec.bench.prompts import Prompt, load_prompts
 from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
 from swiftspec.bench.roofline import measure_bandwidth
 from swiftspec.bench.runners import Lineup, build_lineup, mode_config, resolve_sources
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
+from swiftspec.exec.load import CONTEXT_STEP
 from swiftspec.errors import UserError
+from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt
 
 ALL_MODES = "ar,chain,tree,async,auto,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
 
@@ -36,12 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"another when all modes do not fit in memory at once (default: {ALL_MODES})")
     parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
     parser.add_argument("--dataset", default=None,
-                        help='"humaneval" (default), "chat" (40 bundled chat questions) or a JSONL of {"prompt": ...}')
+                        help='"humaneval" (default), "chat" (40 bundled chat questions), "longcode" (8 source files '
+                             'of 2.1k-3.5k tokens to continue), "fim" (8 fill-in-the-middle cuts) or a JSONL of '
+                             '{"prompt": ...[, "suffix": ...]}')
     parser.add_argument("--chat", action="store_true",
                         help="send each prompt through the target's chat template as a user message, as serve does")
     parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per prompt (default 128)")
     parser.add_argument("--out", default="bench_out", help="output directory (default bench_out)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="nucleus sampling for every mode and peer (default 1.0 = off)")
     parser.add_argument("--seed", type=int, default=0, help="prompt i is run with seed + i in every mode")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per mode first (default 1)")
     parser.add_argument("--llama-server", default=None, help="llama-server binary for the llama.cpp peers")
@@ -73,7 +79,8 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
 
     lineup = Lineup(tokenizer=load_tokenizer(sources.target))
     prompts = load_prompts(args.prompts, args.dataset)
-    ids = [_encode(lineup.tokenizer, p.text, base, args.max_tokens, args.chat) for p in prompts]
+    ids = [_encode(lineup.tokenizer, p, args.chat) for p in prompts]
+    base = _context(base, ids, args.max_tokens)
     bandwidths = [measure_bandwidth(args.threads)]  # before any model takes memory
     results: dict[str, list[RunResult]] = {}
     groups = sorted({s.group for s in specs})
@@ -123,18 +130,36 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--warmup must be >= 0, got {args.warmup}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.perplexity and not Path(args.perplexity).is_file():
         raise UserError(f"--perplexity: no such file {args.perplexity}")
 
 
-def _encode(tokenizer, text: str, base: EngineConfig, max_tokens: int, chat: bool) -> list[int]:
-    """Prompt ids: the raw text, or (chat) a user message rendered by the chat template."""
-    ids = tokenizer.chat([{"role": "user", "content": text}]) if chat else tokenizer.encode(text)
+def _encode(tokenizer, prompt: Prompt, chat: bool) -> list[int]:
+    """Prompt ids: the raw text, (chat) a user message rendered by the chat template, or (a prompt
+    with a suffix) the fill-in-the-middle prompt that serve's `suffix` makes."""
+    if prompt.suffix is not None:
+        tokens = find_fim_tokens(tokenizer)
+        if chat or tokens is None:
+            raise UserError("fill-in-the-middle prompts (a suffix) need a model with FIM tokens, without --chat")
+        return plain_prompt(tokenizer, tokens, FimInput(prefix=prompt.text, suffix=prompt.suffix))
+    return tokenizer.chat([{"role": "user", "content": prompt.text}]) if chat else tokenizer.encode(prompt.text)
+
+
+def _context(base: EngineConfig, ids: list[list[int]], max_tokens: int) -> EngineConfig:
+    """base with a context that holds every prompt and its new tokens: the given --max-seq-len
+    (checked), else just what the prompts need (every mode loaded at once keeps a KV cache this long)."""
+    need = max(len(p) for p in ids) + max_tokens
     limit = base.target_load.max_seq_len
-    if len(ids) + max_tokens > limit:
-        raise UserError(f"a prompt has {len(ids)} tokens; with --max-tokens {max_tokens} it exceeds "
+    if limit and need > limit:
+        raise UserError(f"a prompt has {need - max_tokens} tokens; with --max-tokens {max_tokens} it exceeds "
                         f"--max-seq-len {limit}")
-    return ids
+    if limit:
+        return base
+    length = -(-need // CONTEXT_STEP) * CONTEXT_STEP
+    return dataclasses.replace(base, target_load=dataclasses.replace(base.target_load, max_seq_len=length),
+                               draft_load=dataclasses.replace(base.draft_load, max_seq_len=length))
 
 
 def build_report(
@@ -194,6 +219,7 @@ def _settings(args: argparse.Namespace, base: EngineConfig, n_prompts: int) -> d
         "chat_template": args.chat,
         "max_tokens": args.max_tokens,
         "temperature": args.temperature,
+        "top_p": args.top_p,
         "seed": args.seed,
         "warmup": args.warmup,
         "threads": args.threads,

@@ -134,12 +134,13 @@ class Runner(Protocol):
 class EngineRunner:
     """Times one of our engines through the Engine protocol (its stats give rounds and the time split)."""
 
-    def __init__(self, engine, temperature: float) -> None:  # engine: swiftspec.runtime.Engine
+    def __init__(self, engine, temperature: float, top_p: float = 1.0) -> None:  # engine: swiftspec.runtime.Engine
         self.engine = engine
         self.temperature = temperature
+        self.top_p = top_p
 
     def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
-        params = SamplingParams(temperature=self.temperature, seed=seed)
+        params = SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=seed)
         tokens: list[int] = []
         start = time.perf_counter()
         ttft, first = 0.0, 0

@@ -81,8 +81,10 @@ class HFRunner:
         eos_ids: frozenset[int],
         temperature: float,
         assistant: torch.nn.Module | None = None,
+        top_p: float = 1.0,
     ) -> None:
         self.model = model
+        self.top_p = top_p
         self.assistant = assistant
         self.eos_ids = eos_ids
         self.temperature = temperature
@@ -99,7 +101,7 @@ class HFRunner:
             do_sample=sample,
             temperature=self.temperature if sample else None,
             top_k=None,
-            top_p=None,
+            top_p=self.top_p if sample and self.top_p < 1 else None,
             eos_token_id=sorted(self.eos_ids),
             pad_token_id=min(self.eos_ids),
             use_cache=True,

@@ -72,13 +72,13 @@ class _DraftProposer(_DraftBase):
 class LlamaPyRunner:
     """llama-cpp-python: `Llama.generate` token by token, plus the draft hook for speculation."""
 
-    def __init__(self, target: Path, threads: int, n_ctx: int, eos_ids: frozenset[int], temperature: float,
+    def __init__(self, target: Path, threads: int, n_ctx: int, eos_ids: frozenset[int], sampling: tuple[float, float],
                  draft: Path | None = None, draft_k: int = 4) -> None:
         common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
         self.proposer = _DraftProposer(Llama(str(draft), **common), draft_k) if draft else None
         self.llm = Llama(str(target), draft_model=self.proposer, **common)
         self.eos_ids = eos_ids
-        self.temperature = temperature
+        self.temperature, self.top_p = sampling
 
     def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
         self.llm.reset()  # no prompt-cache reuse between runs: every run pays its prefill
@@ -89,7 +89,7 @@ class LlamaPyRunner:
         tokens: list[int] = []
         start = time.perf_counter()
         ttft = 0.0
-        sampling = dict(temp=self.temperature, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+        sampling = dict(temp=self.temperature, top_k=0, top_p=self.top_p, min_p=0.0, repeat_penalty=1.0)
         for token in self.llm.generate(prompt, **sampling):
             if not tokens:
                 ttft = time.perf_counter() - start
@@ -118,7 +118,8 @@ class LlamaServerRunner:
     """
 
     def __init__(self, binary: str, target: Path, threads: int, n_ctx: int, eos_ids: frozenset[int],
-                 temperature: float, log: Path, draft: Path | None = None) -> None:
+                 sampling: tuple[float, float], log: Path, draft: Path | None = None) -> None:
+        """sampling: (temperature, top-p)."""
         self.port = _free_port()
         cmd = [binary, "-m", str(target), "--host", "127.0.0.1", "--port", str(self.port),
                "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1"]
@@ -128,7 +129,7 @@ class LlamaServerRunner:
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
         self.eos_ids = eos_ids
-        self.temperature = temperature
+        self.temperature, self.top_p = sampling
         self.speculative = draft is not None
         self._wait_ready()
 
@@ -149,7 +150,7 @@ class LlamaServerRunner:
 
     def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
         body = {"prompt": prompt, "n_predict": max_new_tokens, "temperature": self.temperature, "top_k": 0,
-                "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": seed, "cache_prompt": False,
+                "top_p": self.top_p, "min_p": 0.0, "repeat_penalty": 1.0, "seed": seed, "cache_prompt": False,
                 "return_tokens": True, "stream": False}
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})

@@ -1,4 +1,5 @@
-"""Benchmark prompts: the first N HumanEval problems, of the bundled chat set, or of a JSONL file of {"prompt": ...}.
+"""Benchmark prompts: the first N HumanEval problems, of a bundled set (chat, longcode, fim), or of a
+JSONL file of {"prompt": ...} (with "suffix": a fill-in-the-middle prompt).
 
 The bundled chat set (swiftspec/data/chat40.jsonl) holds 40 questions written for this project:
 writing, reasoning, math, extraction, coding, advice and eight other natural languages, with the
@@ -23,6 +24,7 @@ class Prompt:
 
     id: str
     text: str
+    suffix: str | None = None  # fill-in-the-middle: the text after the cursor (text is the text before it)
 
 
 def humaneval_path() -> Path:
@@ -33,7 +35,7 @@ def humaneval_path() -> Path:
 
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-BUNDLED_SETS = {"chat": "chat40.jsonl"}  # name -> file under swiftspec/data ("humaneval" is the package's)
+BUNDLED_SETS = {"chat": "chat40.jsonl", "longcode": "longcode8.jsonl", "fim": "fim8.jsonl"}  # name -> file under swiftspec/data ("humaneval" is the package's)
 
 
 def dataset_path(dataset: str | None) -> Path:
@@ -56,7 +58,10 @@ def load_prompts(count: int, dataset: str | None = None) -> list[Prompt]:
         text = rec.get("prompt") if isinstance(rec, dict) else None
         if not isinstance(text, str) or not text:
             raise UserError(f"{path}: record {i + 1} has no non-empty \"prompt\" string")
-        prompts.append(Prompt(id=str(rec.get("task_id", rec.get("id", i))), text=text))
+        suffix = rec.get("suffix")
+        if suffix is not None and not isinstance(suffix, str):
+            raise UserError(f"{path}: record {i + 1} has a \"suffix\" that is not a string")
+        prompts.append(Prompt(id=str(rec.get("task_id", rec.get("id", i))), text=text, suffix=suffix))
     if not prompts:
         raise UserError(f"{path} holds no prompts")
     return prompts

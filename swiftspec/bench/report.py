@@ -93,7 +93,7 @@ def markdown(report: dict) -> str:
         f"transformers {mach['transformers']}; commit `{mach['git_commit']}`; {mach['date']}.",
         f"{s['prompts']} prompts from {s['dataset']}{' (chat template)' if s.get('chat_template') else ''}, "
         f"{s['max_tokens']} new tokens, temperature "
-        f"{s['temperature']}, seed {s['seed']}, {s['warmup']} warm-up runs per mode; measured read bandwidth "
+        f"{s['temperature']}{', top-p ' + str(s['top_p']) if s.get('top_p', 1.0) < 1 else ''}, seed {s['seed']}, {s['warmup']} warm-up runs per mode; measured read bandwidth "
         f"{report['bandwidth_gb_s']:.1f} GB/s.",
         "",
         "| mode | tok/s mean | median | p10–p90 | TTFT s | TPOT ms | accept len | = ar | perplexity | vs hf-ar "

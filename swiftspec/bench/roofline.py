@@ -66,17 +66,6 @@ def our_weight_bytes(args: ModelArgs, dtype: str, weights: str) -> int:
     return args.weight_bytes(dtype, weights)
 
 
-def model_args(path: Path) -> ModelArgs:
-    """ModelArgs of a GGUF file or HF directory, from its header or config.json alone."""
-    if path.is_dir():
-        from swiftspec.weights.safetensors import open_hf_dir
-
-        return open_hf_dir(path).args
-    from swiftspec.weights.gguf import GGUFCheckpoint
-
-    return GGUFCheckpoint(path).args
-
-
 def gguf_weight_bytes(path: Path) -> int:
     """Bytes llama.cpp reads per forward of a GGUF: every tensor as stored except the token embedding,
     which counts once as the LM head when the file has no separate `output.weight` (tied)."""

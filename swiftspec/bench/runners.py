@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
-from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, model_args, our_weight_bytes
+from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
+from swiftspec.weights import model_args
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
 from swiftspec.exec.load import default_draft_weights
 
@@ -76,21 +77,22 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
             if spec.kind != "ours" and spec.speculative and sources.draft is None:
                 lineup.skipped[spec.name] = "no draft model (--draft-model none)"
             elif spec.kind == "ours":
-                _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args.temperature)
+                _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args)
             elif spec.kind == "hf":
                 _add_hf(lineup, spec, args, hf_models, sources)
             else:
-                _add_llamacpp(lineup, spec, args, sources)
+                _add_llamacpp(lineup, spec, args, sources, base.target_load.max_seq_len)
     except BaseException:
         lineup.close()  # stop worker processes and servers already started
         raise
 
 
-def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources, temperature: float) -> None:
+def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources,
+              args: argparse.Namespace) -> None:
     from swiftspec.runtime import build_engine
 
     engine = build_engine(config)
-    lineup.runners[spec.name] = EngineRunner(engine, temperature)
+    lineup.runners[spec.name] = EngineRunner(engine, args.temperature, args.top_p)
     load, dload = config.target_load, config.draft_load
     target_bytes = our_weight_bytes(model_args(sources.target), load.dtype, load.weights)
     drafts = spec.speculative and sources.draft is not None
@@ -127,13 +129,13 @@ def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,
     target = model("target", sources.target)
     assistant = model("draft", sources.draft) if spec.variant == "assisted" else None
     eos = lineup.tokenizer.eos_token_ids
-    lineup.runners[spec.name] = HFRunner(target, eos, args.temperature, assistant)
+    lineup.runners[spec.name] = HFRunner(target, eos, args.temperature, assistant, args.top_p)
     lineup.weight_bytes[spec.name] = WeightBytes(weight_bytes(target), weight_bytes(assistant) if assistant else 0)
     helper = ", draft as assistant_model" if assistant is not None else ""
     lineup.backends[spec.name] = f"transformers {hf_version} generate ({args.dtype}{helper})"
 
 
-def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources) -> None:
+def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources, n_ctx: int) -> None:
     """llama.cpp peers: llama-server for spec when given (native speculation), else llama-cpp-python."""
     from swiftspec.bench import peers_llamacpp as lc
 
@@ -149,12 +151,12 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sour
     eos = lineup.tokenizer.eos_token_ids
     if use_server:
         log = Path(args.out) / f"llama-server-{spec.name}.log"
-        runner = lc.LlamaServerRunner(args.llama_server, sources.target, args.threads, args.max_seq_len, eos,
-                                      args.temperature, log, draft)
+        runner = lc.LlamaServerRunner(args.llama_server, sources.target, args.threads, n_ctx, eos,
+                                      (args.temperature, args.top_p), log, draft)
         lineup.backends[spec.name] = f"llama-server {args.llama_server}"
     else:
         k = TreeConfig().chain_length if args.chain_length is None else args.chain_length
-        runner = lc.LlamaPyRunner(sources.target, args.threads, args.max_seq_len, eos, args.temperature, draft, k)
+        runner = lc.LlamaPyRunner(sources.target, args.threads, n_ctx, eos, (args.temperature, args.top_p), draft, k)
         lineup.backends[spec.name] = f"llama-cpp-python {lc.llama_cpp_version()}" + (
             f" (draft model, k={k})" if draft else "")
     lineup.runners[spec.name] = runner

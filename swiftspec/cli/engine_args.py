@@ -25,6 +25,7 @@ _TREE_HELP = {
     "lookup_tokens": "most tokens of one prompt-lookup candidate",
     "lookup_branches": "most distinct prompt-lookup continuations per round",
     "lookup_ngram": "longest n-gram that prompt lookup matches",
+    "draft_context": "prompt tokens the draft model reads: the first few and the last ones (0 = the whole prompt)",
 }
 SPECULATIVE = ("chain", "tree", "async")
 # The modes that use each flag.  Under --mode auto a given flag narrows the candidates to these
@@ -38,7 +39,7 @@ FLAG_MODES: dict[str, tuple[str, ...]] = {
     "topk": ("tree", "async"), "adaptive": ("tree",), "adaptive_verify": ("tree", "async"),
     "target_tp": ("async",), "draft_tp": ("async",), "draft_cores": ("async",),
     "lookup": ("tree", "async"), "lookup_tokens": ("tree", "async"), "lookup_branches": ("tree", "async"),
-    "lookup_ngram": ("tree", "async"),
+    "lookup_ngram": ("tree", "async"), "draft_context": SPECULATIVE,
 }
 
 
@@ -67,7 +68,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
     parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: auto chooses; else on CPU int8 for a bf16 target "
                              "(int4 without VNNI) and int4 for a gguf one, else --weights)")
-    parser.add_argument("--max-seq-len", type=int, default=LoadConfig().max_seq_len, help="KV cache length")
+    parser.add_argument("--max-seq-len", type=int, default=LoadConfig().max_seq_len,
+                        help="context length: prompt + new tokens (default 0: the model's own, as far as a quarter "
+                             "of the free memory holds its KV cache)")
     parser.add_argument("--draft-vocab", type=int, default=None,
                         help=f"pruned draft LM head size (0 = full vocabulary; default {defaults.draft_vocab})")
     parser.add_argument("--target-tp", type=int, default=None, help="async: tensor-parallel ranks of the target group")

@@ -4,12 +4,22 @@ format, and the check that a pair shares its tokenizer."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+
+import torch
 
 from swiftspec import kernels
-from swiftspec.config import ConfigError, EngineConfig, LoadConfig
+from swiftspec.config import NO_DRAFT, ConfigError, EngineConfig, LoadConfig
 from swiftspec.kernels import cpu_ext
+from swiftspec.model.args import ModelArgs
 from swiftspec.parallel.state import ParallelState
-from swiftspec.weights import load_model
+from swiftspec.weights import DTYPES, load_model, model_args, resolve_source
+
+log = logging.getLogger("swiftspec")
+
+KV_MEMORY_SHARE = 0.25  # the default context's KV caches take at most this share of the free memory
+CONTEXT_STEP = 256  # a context capped by memory is a multiple of this
 
 
 def load_target(source: str, load: LoadConfig, parallel=None):
@@ -46,6 +56,41 @@ def resolve_draft_weights(config: EngineConfig) -> EngineConfig:
         return config
     weights = default_draft_weights(config.target_load)
     return dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, weights=weights))
+
+
+def resolve_context(config: EngineConfig) -> EngineConfig:
+    """config with the context length settled: --max-seq-len 0 (the default) becomes the target's
+    own context length (32k for the default pair), capped so that the target's and the draft's KV
+    caches take at most KV_MEMORY_SHARE of the memory free on the device (a warning says so)."""
+    if config.target_load.max_seq_len:
+        return config
+    target = model_args(resolve_source(config.target))
+    per_token = _kv_bytes(target, config.target_load.dtype)
+    if config.mode != "ar" and config.draft != NO_DRAFT:
+        per_token += _kv_bytes(model_args(resolve_source(config.draft)), config.draft_load.dtype)
+    fits = int(KV_MEMORY_SHARE * free_memory(config.target_load.device) / per_token) // CONTEXT_STEP * CONTEXT_STEP
+    length = max(CONTEXT_STEP, min(target.max_position_embeddings, fits))
+    if length < target.max_position_embeddings:
+        log.warning("context: %d tokens (the model takes %d; more would not fit in memory: --max-seq-len)",
+                    length, target.max_position_embeddings)
+    return dataclasses.replace(config, target_load=dataclasses.replace(config.target_load, max_seq_len=length),
+                               draft_load=dataclasses.replace(config.draft_load, max_seq_len=length))
+
+
+def _kv_bytes(args: ModelArgs, dtype: str) -> int:
+    """Bytes of K and V per cached token."""
+    return 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.tensor([], dtype=DTYPES[dtype]).element_size()
+
+
+def free_memory(device: str) -> int:
+    """Bytes free for new tensors: on CUDA the device's, else the host's MemAvailable."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def check_pair(target, draft) -> None:  # the Tokenizers of target and draft (swiftspec.tokenizer)

@@ -8,6 +8,8 @@ from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.cache.tree_kv import TreeKV
 
+PREFILL_CHUNK = 256  # prompt tokens per prefill forward
+
 
 def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
     """[n, start + n] bool: token i (at slot start + i) sees every slot <= start + i."""
@@ -54,9 +56,21 @@ class ModelRunner:
     def extend(self, tokens: list[int]) -> torch.Tensor:
         """Append verified tokens to the prefix (tree must be empty); logits of the last one [1, V].
 
-        The same call serves a prompt's prefill and a one-token decode step."""
+        The same call serves a prompt's prefill and a one-token decode step.  A long prompt runs in
+        chunks of PREFILL_CHUNK tokens, so that no mask or attention buffer grows with its square."""
+        for start in range(0, len(tokens) - PREFILL_CHUNK, PREFILL_CHUNK):
+            self._append(tokens[start : start + PREFILL_CHUNK])
+        rest = tokens[(len(tokens) - 1) // PREFILL_CHUNK * PREFILL_CHUNK :]
+        return self._append(rest, logits=True)
+
+    @torch.inference_mode()
+    def _append(self, tokens: list[int], logits: bool = False) -> torch.Tensor | None:
+        """Run tokens [T] at the next prefix slots; the last one's logits [1, V] if asked."""
         start = self.kv.prefix_len
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # [T]
-        slots = self.kv.append_prefix(len(tokens))
-        mask = causal_mask(start, len(tokens), self.device)
+        slots = self.kv.append_prefix(len(tokens))  # [T]
+        mask = causal_mask(start, len(tokens), self.device)  # [T, start + T]
+        if not logits:
+            self.model(ids, slots, self.cache, slots, mask)
+            return None
         return self.forward(ids, slots, slots, mask, rows=torch.tensor([len(tokens) - 1], device=self.device))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig
-from swiftspec.exec.load import check_pair, load_target, resolve_draft_weights
+from swiftspec.exec.load import check_pair, load_target, resolve_context, resolve_draft_weights
 from swiftspec.runtime.base import Engine
 
 
@@ -25,7 +25,7 @@ def build_engine(config: EngineConfig, target=None) -> Engine:
     every request's timeline goes to that file.  target: the target already loaded as
     config.target_load asks (exec.load.load_target, tensor-parallel size 1), which engines may
     share (each keeps its own KV cache); None loads it."""
-    config = resolve_draft_weights(config)
+    config = resolve_context(resolve_draft_weights(config))
     if config.mode == AUTO:
         from swiftspec.runtime.auto.choose import decide
 

@@ -11,6 +11,8 @@ connects again until a target host answers.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import time
 from typing import Callable
@@ -208,12 +210,15 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     from swiftspec.exec.load import resolve_draft_weights
     from swiftspec.spec import build_drafter
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
-    from swiftspec.weights import load_model
+    from swiftspec.weights import load_model, model_args, resolve_source
 
     remote = config.remote
     if config.draft == NO_DRAFT:
         raise UserError("a draft host needs a draft model (--draft-model)")
     config = resolve_draft_weights(config)
+    if not config.draft_load.max_seq_len:  # the draft's own context: at least what a target host of the pair takes
+        length = model_args(resolve_source(config.draft)).max_position_embeddings
+        config = dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, max_seq_len=length))
     secret = read_secret(remote.secret_file)
     draft = load_model(config.draft, config.draft_load)
     drafter = build_drafter(draft, config.tree, config.draft_load.max_seq_len, config.draft_vocab,

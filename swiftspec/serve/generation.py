@@ -8,16 +8,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime.base import Engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve import openai_protocol as proto
+from swiftspec.fim import FimInput, FimTokens, find_fim_tokens, plain_prompt
+from swiftspec.tokenizer import Tokenizer
 from swiftspec.serve.openai_protocol import (
     APIError,
     ChatCompletionRequest,
@@ -26,9 +31,11 @@ from swiftspec.serve.openai_protocol import (
     ResponseHeader,
 )
 from swiftspec.serve.scheduler import Job, QueueFull, Scheduler
-from swiftspec.serve.text_stream import TextStream
+from swiftspec.serve.text_stream import INDENT, TOKEN, WORD, TextStream
 
 log = logging.getLogger(__name__)
+EOS, STOP_WORD, LIMIT = "eos", "word", "limit"  # why a text ended (llama.cpp's stop_type)
+_STOP_TYPES = {TOKEN: EOS, WORD: STOP_WORD, INDENT: LIMIT}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,9 @@ class Plan:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    stop_ids: frozenset[int] = frozenset()  # tokens that end the text like EOS (FIM's end tokens)
+    min_indent: int = 0  # /infill's n_indent: end before a later line indented less
+    time_limit_s: float = 0.0  # /infill's t_max_predict_ms: once a line has ended, stop after this long
 
 
 @dataclass(slots=True)
@@ -49,7 +59,21 @@ class Outcome:
     """Filled in while the text is read."""
 
     completion_tokens: int = 0
-    finish_reason: str = "length"
+    stop_type: str = LIMIT  # EOS | STOP_WORD | LIMIT (max tokens, end of context, n_indent, time limit)
+    stop_word: str = ""  # the stop string met, if STOP_WORD
+    started: float = field(default_factory=time.perf_counter)  # made just before the job is queued
+    first_token_at: float | None = None  # time.perf_counter() of the first and the latest round
+    last_token_at: float | None = None
+
+    @property
+    def finish_reason(self) -> str:
+        return "length" if self.stop_type == LIMIT else "stop"
+
+    def timed(self) -> float:
+        """Note a round's arrival; the seconds since the first round."""
+        self.last_token_at = time.perf_counter()
+        self.first_token_at = self.first_token_at or self.last_token_at
+        return self.last_token_at - self.first_token_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +97,18 @@ class Service:
             raise APIError(404, f"The model {model!r} does not exist; this server serves "
                            f"{self.config.served_model_name!r}", param="model", code="model_not_found")
 
+    def completion_plan(self, req: CompletionRequest) -> Plan:
+        """A completion's plan; with a suffix, the prompt is the prefix of a fill-in-the-middle."""
+        if req.suffix is None:
+            return self.plan(req, self.completion_prompt(req))
+        if not isinstance(req.prompt, str):
+            raise APIError(400, "a suffix (fill-in-the-middle) needs a text prompt, not token ids",
+                           param="suffix", code="invalid_value")
+        tokenizer = self.engine.tokenizer
+        tokens = require_fim_tokens(tokenizer, "suffix")
+        prompt = plain_prompt(tokenizer, tokens, FimInput(prefix=req.prompt, suffix=req.suffix))
+        return self.plan(req, prompt, tokens.stops)
+
     def completion_prompt(self, req: CompletionRequest) -> list[int]:
         """Token ids of a completion prompt given as text or as ids."""
         if isinstance(req.prompt, str):
@@ -82,20 +118,31 @@ class Service:
             raise APIError(400, f"prompt token ids must be in [0, {vocab})", param="prompt", code="invalid_value")
         return list(req.prompt)
 
-    def plan(self, req: GenerationRequest, prompt: list[int]) -> Plan:
-        """Check the prompt length and token budget; build the sampling params."""
-        chat = isinstance(req, ChatCompletionRequest)
-        where = "messages" if chat else "prompt"
-        limit = min(self.config.max_prompt_tokens or self.engine.max_seq_len, self.engine.max_seq_len - 1)
+    @property
+    def prompt_limit(self) -> int:
+        """The most tokens a prompt may have."""
+        return min(self.config.max_prompt_tokens or self.engine.max_seq_len, self.engine.max_seq_len - 1)
+
+    def check_prompt(self, prompt: list[int], where: str) -> None:
         if not prompt:
             raise APIError(400, "the prompt is empty", param=where, code="invalid_value")
-        if len(prompt) > limit:
-            raise APIError(400, f"the prompt has {len(prompt)} tokens; this server accepts at most {limit}",
-                           param=where, code="context_length_exceeded")
-        cap, max_tokens = self.config.max_tokens, req.token_limit
-        if max_tokens is not None and max_tokens > cap:
-            raise APIError(400, f"max_tokens is {max_tokens}; this server allows at most {cap}",
-                           param="max_tokens", code="invalid_value")
+        if len(prompt) > self.prompt_limit:
+            raise APIError(400, f"the prompt has {len(prompt)} tokens; this server accepts at most "
+                           f"{self.prompt_limit}", param=where, code="context_length_exceeded")
+
+    def token_limit(self, asked: int | None, param: str) -> int:
+        """The new tokens a request asked for (None: the cap), refused above the server's cap."""
+        cap = self.config.max_tokens
+        if asked is not None and asked > cap:
+            raise APIError(400, f"{param} is {asked}; this server allows at most {cap}", param=param,
+                           code="invalid_value")
+        return cap if asked is None else asked
+
+    def plan(self, req: GenerationRequest, prompt: list[int], stop_ids: frozenset[int] = frozenset()) -> Plan:
+        """Check the prompt length and token budget; build the sampling params."""
+        chat = isinstance(req, ChatCompletionRequest)
+        self.check_prompt(prompt, "messages" if chat else "prompt")
+        max_tokens = self.token_limit(req.token_limit, "max_tokens")
         params = SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
@@ -105,8 +152,8 @@ class Service:
         )
         room = self.engine.max_seq_len - len(prompt)
         return Plan(head=ResponseHeader.new(self.config.served_model_name, chat), prompt=prompt, params=params,
-                    max_tokens=min(max_tokens or cap, room), stop=req.stop_strings, stream=bool(req.stream),
-                    include_usage=req.include_usage)
+                    max_tokens=min(max_tokens, room), stop=req.stop_strings, stream=bool(req.stream),
+                    include_usage=req.include_usage, stop_ids=stop_ids)
 
     def submit(self, plan: Plan) -> Job:
         try:
@@ -116,57 +163,94 @@ class Service:
                            code="queue_full", type="rate_limit_error") from None
 
     async def text_pieces(self, plan: Plan, job: Job, outcome: Outcome) -> AsyncIterator[str]:
-        """The response text, one piece per token as soon as it is final; stops the job at a stop string."""
-        text = TextStream(self.engine.tokenizer, plan.stop)
+        """The response text, one piece per token as soon as it is final; stops the job at a stop
+        (string, token, indentation or time limit). A stop token is not counted, as EOS is not."""
+        text = TextStream(self.engine.tokenizer, plan.stop, plan.stop_ids, plan.min_indent)
         async for ids in job.rounds():
+            decoding_s = outcome.timed()
             for token in ids:
-                outcome.completion_tokens += 1
+                outcome.completion_tokens += token not in plan.stop_ids
                 piece = text.push(token)
+                late = plan.time_limit_s > 0 and text.saw_newline and decoding_s > plan.time_limit_s
+                piece += text.finish() if late and not text.stopped else ""
                 if piece:
                     yield piece
-                if text.stopped:
+                if text.stopped or late:
                     job.stop.set()
-                    outcome.finish_reason = "stop"
+                    outcome.stop_type = _STOP_TYPES[text.stop_reason] if text.stopped else LIMIT
+                    outcome.stop_word = text.stop_word
                     return
         tail = text.finish()
         if tail:
             yield tail
-        hit_limit = outcome.completion_tokens >= plan.max_tokens and not text.stopped
-        outcome.finish_reason = "length" if hit_limit else "stop"
+        if text.stopped:
+            outcome.stop_type, outcome.stop_word = _STOP_TYPES[text.stop_reason], text.stop_word
+        else:
+            outcome.stop_type = LIMIT if outcome.completion_tokens >= plan.max_tokens else EOS
 
-    async def complete(self, plan: Plan, request: Request) -> dict:
-        """The whole response body; the job is cancelled if the client disconnects while waiting."""
+    async def whole_text(self, plan: Plan, request: Request, outcome: Outcome) -> str:
+        """The whole text; the job is cancelled if the client disconnects while waiting."""
         job = self.submit(plan)
         watcher = asyncio.create_task(_cancel_on_disconnect(request, job, self.scheduler))
-        outcome = Outcome()
         try:
-            text = "".join([piece async for piece in self.text_pieces(plan, job, outcome)])
+            return "".join([piece async for piece in self.text_pieces(plan, job, outcome)])
         finally:
             watcher.cancel()
             self.scheduler.cancel(job)
+
+    async def complete(self, plan: Plan, request: Request) -> dict:
+        """The whole response body."""
+        outcome = Outcome()
+        text = await self.whole_text(plan, request, outcome)
         used = proto.usage(len(plan.prompt), outcome.completion_tokens)
         return proto.full_response(plan.head, text, outcome.finish_reason, used)
 
     async def stream(self, plan: Plan, job: Job) -> AsyncIterator[str]:
-        """SSE events for a queued job, ending with [DONE]; an error after the headers becomes an event
-        (an OpenAI error body), and the stream still ends cleanly.
+        """SSE events for a queued job, ending with [DONE] (see sse_events for errors).
         The caller cancels the job when the response ends (JobStream), whether or not this was started."""
-        outcome = Outcome()
-        try:
-            if plan.head.chat:
-                yield _sse(proto.chunk(plan.head, None))
-            async for piece in self.text_pieces(plan, job, outcome):
-                yield _sse(proto.chunk(plan.head, piece))
-            yield _sse(proto.chunk(plan.head, "", outcome.finish_reason))
-            if plan.include_usage:
-                yield _sse(proto.usage_chunk(plan.head, proto.usage(len(plan.prompt), outcome.completion_tokens)))
-        except UserError as exc:
-            yield _sse(APIError(400, str(exc)).body())
-        except EngineFault as exc:
-            yield _sse(proto.fault_error(exc).body())
-        except Exception:  # noqa: BLE001 - the headers are sent; report in-band (the worker logged it)
-            yield _sse(APIError(500, "the engine failed on this request", type="server_error").body())
+        async for event in sse_events(self._chunks(plan, job)):
+            yield event
         yield "data: [DONE]\n\n"
+
+    async def _chunks(self, plan: Plan, job: Job) -> AsyncIterator[dict]:
+        outcome = Outcome()
+        if plan.head.chat:
+            yield proto.chunk(plan.head, None)
+        async for piece in self.text_pieces(plan, job, outcome):
+            yield proto.chunk(plan.head, piece)
+        yield proto.chunk(plan.head, "", outcome.finish_reason)
+        if plan.include_usage:
+            yield proto.usage_chunk(plan.head, proto.usage(len(plan.prompt), outcome.completion_tokens))
+
+
+async def sse_events(payloads: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """Each payload as an SSE `data:` event. An error after the headers are sent becomes an event (an
+    OpenAI error body), and the stream still ends cleanly."""
+    try:
+        async for payload in payloads:
+            yield _sse(payload)
+    except UserError as exc:
+        yield _sse(APIError(400, str(exc)).body())
+    except EngineFault as exc:
+        yield _sse(proto.fault_error(exc).body())
+    except Exception:  # noqa: BLE001 - the headers are sent; report in-band (the worker logged it)
+        yield _sse(APIError(500, "the engine failed on this request", type="server_error").body())
+
+
+class JobStream(StreamingResponse):
+    """An SSE response that cancels its job (if any) when it ends for any reason (done, error, client gone)."""
+
+    def __init__(self, events: AsyncIterator[str], scheduler: Scheduler, job: Job | None) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._scheduler = scheduler
+        self._job = job
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._job is not None:
+                self._scheduler.cancel(self._job)
 
 
 async def _cancel_on_disconnect(request: Request, job: Job, scheduler: Scheduler) -> None:
@@ -179,3 +263,11 @@ async def _cancel_on_disconnect(request: Request, job: Job, scheduler: Scheduler
 
 def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def require_fim_tokens(tokenizer: Tokenizer, param: str | None) -> FimTokens:
+    """find_fim_tokens, or a 400 naming `param` (the field that asked for FIM)."""
+    tokens = find_fim_tokens(tokenizer)
+    if tokens is None:
+        raise APIError(400, "this model has no fill-in-the-middle tokens", param=param, code="fim_unsupported")
+    return tokens

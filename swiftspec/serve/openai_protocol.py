@@ -118,7 +118,8 @@ class GenerationRequest(BaseModel):
 
 
 class CompletionRequest(GenerationRequest):
-    """POST /v1/completions. The prompt is text or token ids, one prompt per request."""
+    """POST /v1/completions. The prompt is text or token ids, one prompt per request. A `suffix`
+    (any string, "" too) makes it a fill-in-the-middle: the text goes between prompt and suffix."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = None
@@ -129,7 +130,7 @@ class CompletionRequest(GenerationRequest):
     def _unsupported(self) -> dict[str, Any]:
         best_of_other = self.best_of not in (None, 1)
         return {**super()._unsupported(), "logprobs": self.logprobs, "echo": self.echo,
-                "best_of other than 1": best_of_other, "suffix": self.suffix}
+                "best_of other than 1": best_of_other}
 
     @field_validator("prompt")
     @classmethod

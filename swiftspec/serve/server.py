@@ -1,8 +1,9 @@
 """The OpenAI-compatible HTTP server: app wiring, auth, body limits, error mapping and `swiftspec serve`.
 
-Endpoints: POST /v1/completions, POST /v1/chat/completions (both may stream SSE), GET /v1/models,
-GET /health (never needs a key; 200 only when "ok") and GET /metrics (Prometheus). Every error is
-an OpenAI error body; a failed engine worker answers 503, and the server restarts the workers.
+Endpoints: POST /v1/completions, POST /v1/chat/completions, POST /infill (llama.cpp's, for editor
+plugins; all three may stream SSE), GET /v1/models, GET /health (never needs a key; 200 only when
+"ok") and GET /metrics (Prometheus). Every error is an OpenAI error body; a failed engine worker
+answers 503, and the server restarts the workers.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
 
 from swiftspec.config import EngineConfig, ServerConfig
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime import build_engine
 from swiftspec.runtime.base import Engine
-from swiftspec.serve.generation import Plan, Service
+from swiftspec.serve import infill
+from swiftspec.serve.generation import JobStream, Plan, Service
+from swiftspec.serve.infill_protocol import InfillRequest
 from swiftspec.serve.metrics import RequestCounter, ServerMetrics
 from swiftspec.serve.openai_protocol import (
     APIError,
@@ -42,11 +44,11 @@ from swiftspec.serve.openai_protocol import (
     fault_error,
     validation_error,
 )
-from swiftspec.serve.scheduler import DEGRADED, OK, Hooks, Job, Scheduler
+from swiftspec.serve.scheduler import DEGRADED, OK, Hooks, Scheduler
 
 log = logging.getLogger(__name__)
 
-ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/infill", "/v1/models", "/health", "/metrics"})
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
@@ -81,23 +83,8 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
     app.add_api_route("/metrics", _metrics, methods=["GET"], dependencies=auth)
     app.add_api_route("/v1/completions", _completions, methods=["POST"], dependencies=auth)
     app.add_api_route("/v1/chat/completions", _chat_completions, methods=["POST"], dependencies=auth)
+    app.add_api_route("/infill", _infill, methods=["POST"], dependencies=auth)
     return app
-
-
-class JobStream(StreamingResponse):
-    """An SSE response that cancels its job when it ends for any reason (done, error, client gone)."""
-
-    def __init__(self, service: Service, plan: Plan, job: Job) -> None:
-        super().__init__(service.stream(plan, job), media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache"})
-        self._scheduler = service.scheduler
-        self._job = job
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._scheduler.cancel(self._job)
 
 
 async def _health(request: Request) -> JSONResponse:
@@ -125,7 +112,7 @@ async def _completions(request: Request) -> Response:
     service: Service = request.app.state.service
     req = await _read_request(request, CompletionRequest, service.config.max_body_bytes)
     service.check_model(req.model)
-    return await _respond(service, service.plan(req, service.completion_prompt(req)), request)
+    return await _respond(service, service.completion_plan(req), request)
 
 
 async def _chat_completions(request: Request) -> Response:
@@ -136,9 +123,17 @@ async def _chat_completions(request: Request) -> Response:
     return await _respond(service, service.plan(req, prompt), request)
 
 
+async def _infill(request: Request) -> Response:
+    """llama.cpp's fill-in-the-middle endpoint (llama.vim, llama.vscode); it names no model."""
+    service: Service = request.app.state.service
+    req = await _read_request(request, InfillRequest, service.config.max_body_bytes)
+    return await infill.respond(service, infill.plan_infill(service, req), request)
+
+
 async def _respond(service: Service, plan: Plan, request: Request) -> Response:
     if plan.stream:
-        return JobStream(service, plan, service.submit(plan))
+        job = service.submit(plan)
+        return JobStream(service.stream(plan, job), service.scheduler, job)
     return JSONResponse(await service.complete(plan, request))
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from swiftspec import kernels
-from swiftspec.config import TreeConfig
+from swiftspec.config import SINK_TOKENS, TreeConfig
 from swiftspec.spec.lookup import PromptLookup
 from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
 from swiftspec.exec.cuda_graph import attach
@@ -60,11 +60,12 @@ class TreeDrafter:
         self.lookup = PromptLookup(cfg) if cfg.lookup else None
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
-        """Begin a request: prefill the prompt and plant a tree at the first generated token."""
+        """Begin a request: prefill the prompt's draft context (context_window) and plant a tree at
+        the first generated token; prompt lookup reads the whole prompt."""
         self.runner.kv.reset()
         if self.switchable:
             self._use_pruned(_covers(self.inside, prompt + [root], PROMPT_SLACK))
-        self.runner.extend(prompt)
+        self.runner.extend(context_window(prompt, self.cfg.draft_context))
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
@@ -158,6 +159,16 @@ class TreeDrafter:
         if self.lookup is not None:
             self.lookup.observe(step, emitted)
             self.tree = self.lookup.graft(self.tree, self.cfg.budget)
+
+
+def context_window(prompt: list[int], size: int) -> list[int]:
+    """The prompt tokens the draft reads: all of them when size is 0 or the prompt fits, else the
+    first SINK_TOKENS and the last size - SINK_TOKENS, at consecutive positions (as StreamingLLM
+    places a window behind its attention sinks).  The draft only proposes tokens: what it reads
+    never changes the output, only how many proposals the target accepts."""
+    if size == 0 or len(prompt) <= size:
+        return prompt
+    return prompt[:SINK_TOKENS] + prompt[len(prompt) - (size - SINK_TOKENS):]
 
 
 def _covers(inside: frozenset[int], tokens: list[int], slack: float) -> bool:

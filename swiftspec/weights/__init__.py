@@ -4,7 +4,9 @@ With `--weights gguf` a GGUF loads straight from the file: the linears it holds 
 as stored (gguf_native.py), every other tensor dequantized from it, and only its tokenizer cached.
 For bf16, int8 and int4 (dense weights) a GGUF is converted once into the cache (see convert.py)
 and every load then reads an HF-style directory.  Bundled names are pulled on first use (see
-bundled.py), hub ids resolve through the Hugging Face hub cache (see hub.py).
+bundled.py), hub ids resolve through the Hugging Face hub cache (see hub.py).  The GGUF modules
+(and the gguf package they need) are imported only when a GGUF is read, so that an HF directory
+loads, and the engines import, where gguf is not installed (a GPU machine's own torch, bench/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.bundled import BUNDLED, cache_dir, pull
-from swiftspec.weights.convert import ensure_converted, ensure_tokenizer
-from swiftspec.weights.gguf import GGUFCheckpoint
-from swiftspec.weights.gguf_native import pack_native_, plan
 from swiftspec.weights.hub import parse_hub_id, resolve_hub
 from swiftspec.weights.safetensors import HFCheckpoint, open_hf_dir
 
@@ -63,6 +62,9 @@ def _load_gguf(path: Path, load: LoadConfig, parallel: ParallelState, cache: Pat
     """`--weights gguf`: no dense copy of the file is made.  The planned linears are packed from
     its blocks; the rest (embedding, norms, biases, other linears) is dequantized from it, to the
     values a conversion would hold (the same gguf-py values rounded once to dtype)."""
+    from swiftspec.weights.gguf import GGUFCheckpoint
+    from swiftspec.weights.gguf_native import pack_native_, plan
+
     dtype = DTYPES[load.dtype]
     gg = GGUFCheckpoint(path)  # validated before anything is cached
     tokenizer = load_tokenizer(path, cache)
@@ -77,6 +79,8 @@ def load_tokenizer(path: Path, cache: Path | None = None) -> Tokenizer:
     """The tokenizer of an HF directory, or of a GGUF file (through its tokenizer-only cache entry)."""
     if path.is_dir():
         return Tokenizer.from_dir(path)
+    from swiftspec.weights.convert import ensure_tokenizer
+
     return Tokenizer.from_dir(ensure_tokenizer(path, cache or cache_dir()))
 
 
@@ -115,10 +119,21 @@ def resolve_source(source: str, cache: Path | None = None) -> Path:
     raise UserError(f"{source} is neither a GGUF file nor an HF model directory")
 
 
+def model_args(path: Path) -> ModelArgs:
+    """ModelArgs of a GGUF file or HF directory, from its header or config.json alone."""
+    if path.is_dir():
+        return open_hf_dir(path).args
+    from swiftspec.weights.gguf import GGUFCheckpoint
+
+    return GGUFCheckpoint(path).args
+
+
 def open_checkpoint(path: Path, dtype: torch.dtype, cache: Path | None = None) -> HFCheckpoint:
     """An HF directory as is; a GGUF through the conversion cache (converted on first use)."""
     if path.is_dir():
         return open_hf_dir(path)
+    from swiftspec.weights.convert import ensure_converted
+
     return open_hf_dir(ensure_converted(path, dtype, cache or cache_dir()))
 
 

@@ -22,6 +22,8 @@ from swiftspec.weights.convert import hf_config
 from swiftspec.weights.gguf import hf_to_gguf_name, llama_permute
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Qwen2.5-Coder's fill-in-the-middle and repository tokens, for a tiny model that can serve FIM.
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 EOS_TOKEN = "<|im_end|>"
 CHAT_TEMPLATE = (
     "{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
@@ -73,8 +75,10 @@ Unicode text such as café, naïve, 日本語 and emoji 🙂 must survive encodi
 """
 
 
-def build_tokenizer(vocab_size: int) -> Tokenizer:
-    """A byte-level BPE with Qwen-style special tokens appended; at most vocab_size entries."""
+def build_tokenizer(vocab_size: int, fim: bool = False) -> Tokenizer:
+    """A byte-level BPE with Qwen-style special tokens appended (FIM_TOKENS too if `fim`); at most
+    vocab_size entries."""
+    special = SPECIAL_TOKENS + (FIM_TOKENS if fim else ())
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(_SPLIT), behavior="isolated"),
@@ -82,12 +86,12 @@ def build_tokenizer(vocab_size: int) -> Tokenizer:
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(SPECIAL_TOKENS),
+        vocab_size=vocab_size - len(special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer=trainer)
-    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    tok.add_special_tokens(list(special))
     return tok
 
 
@@ -103,14 +107,16 @@ def make_tiny_checkpoint(
     intermediate_size: int = 128,
     max_position_embeddings: int = 512,
     tie_word_embeddings: bool | None = None,
+    fim: bool = False,
 ) -> Path:
     """Write config.json, model.safetensors (random weights), tokenizer.json and tokenizer_config.json.
 
     Tied embeddings default to on for qwen2 and off for llama, like the small models of each family.
+    `fim` adds Qwen2.5-Coder's fill-in-the-middle tokens to the vocabulary (FIM_TOKENS).
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer(vocab_size)
+    tok = build_tokenizer(vocab_size, fim)
     args = ModelArgs(
         arch=arch,
         vocab_size=vocab_size,

@@ -9,7 +9,7 @@ import pytest
 from swiftspec.bench.check import problems
 from swiftspec.bench.divergence import TieProbe, compare_to_ar, first_mismatch
 from swiftspec.bench.harness import check_groups, parse_modes
-from swiftspec.bench.prompts import load_prompts
+from swiftspec.bench.prompts import Prompt, load_prompts
 from swiftspec.bench.roofline import WeightBytes, bound
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
@@ -128,7 +128,30 @@ def test_chat_flag_applies_the_chat_template(tiny_qwen_dir) -> None:
     from swiftspec.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(tiny_qwen_dir)
-    base = EngineConfig(target_load=LoadConfig(max_seq_len=256))
-    plain, chat = (_encode(tok, "Hello", base, 8, flag) for flag in (False, True))
+    plain, chat = (_encode(tok, Prompt("0", "Hello"), flag) for flag in (False, True))
     assert plain == tok.encode("Hello") and chat == tok.chat([{"role": "user", "content": "Hello"}])
     assert len(chat) > len(plain)
+
+
+def test_long_code_and_fim_sets(tiny_fim_dir, tiny_qwen_dir) -> None:
+    """The long-context sets ship with the package: 8 long completions, and 8 FIM cuts that bench
+    renders with the model's FIM tokens (a model without them is a one-line error)."""
+    from swiftspec.bench import _context, _encode
+    from swiftspec.config import EngineConfig
+    from swiftspec.fim import find_fim_tokens
+    from swiftspec.tokenizer import Tokenizer
+
+    longcode, fim = load_prompts(8, "longcode"), load_prompts(8, "fim")
+    assert len(longcode) == len(fim) == 8 and all(len(p.text) > 7000 for p in longcode)
+    assert all(p.suffix is None for p in longcode) and all(p.suffix for p in fim)
+    tok = Tokenizer.from_dir(tiny_fim_dir)
+    ids = _encode(tok, fim[0], False)
+    tokens = find_fim_tokens(tok)
+    assert ids.count(tokens.prefix) == ids.count(tokens.suffix) == ids.count(tokens.middle) == 1
+    assert ids[-1] == tokens.middle
+    with pytest.raises(UserError, match="FIM tokens"):
+        _encode(Tokenizer.from_dir(tiny_qwen_dir), fim[0], False)
+    sized = _context(EngineConfig(), [ids, [1, 2]], 128)  # no --max-seq-len: what the prompts need
+    assert sized.target_load.max_seq_len == sized.draft_load.max_seq_len >= len(ids) + 128
+    with pytest.raises(UserError, match="exceeds --max-seq-len 64"):
+        _context(EngineConfig(target_load=LoadConfig(max_seq_len=64)), [ids], 128)

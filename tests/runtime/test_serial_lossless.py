@@ -7,8 +7,9 @@ import random
 import pytest
 from spec_stats import exact_distribution, first_tokens, goodness_of_fit
 
-from swiftspec.config import TreeConfig
+from swiftspec.config import ConfigError, TreeConfig
 from swiftspec.spec import LookupDrafter, TreeDrafter
+from swiftspec.spec.drafter import context_window
 from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
@@ -30,7 +31,8 @@ def random_tree(rng: random.Random) -> TreeConfig:
     width, topk = rng.randint(1, 8), rng.randint(1, 8)
     bs = rng.randint(1, 12)
     return TreeConfig(width=width, topk=topk, verify_size=bs, depth=rng.randint(1, 5),
-                      budget=bs + width * topk + rng.randint(0, 64), chain_length=rng.randint(1, 6))
+                      budget=bs + width * topk + rng.randint(0, 64), chain_length=rng.randint(1, 6),
+                      draft_context=rng.choice((0, 8, 16)))  # the draft reads a window of longer prompts
 
 
 def test_greedy_tree_and_chain_equal_ar_over_50_prompts(tiny_target, tiny_draft) -> None:
@@ -44,6 +46,29 @@ def test_greedy_tree_and_chain_equal_ar_over_50_prompts(tiny_target, tiny_draft)
         assert generate_all(tree, prompt, SamplingParams(), 32) == want, (i, cfg)
         chain = SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, chain_config(cfg), 256), chain_config(cfg), 256)
         assert generate_all(chain, prompt, SamplingParams(), 32) == want, (i, cfg)
+
+
+def test_context_window_keeps_the_sinks_and_the_last_tokens() -> None:
+    prompt = list(range(100))
+    assert context_window(prompt, 0) == prompt and context_window(prompt, 100) == prompt
+    assert context_window(prompt, 10) == [0, 1, 2, 3, 94, 95, 96, 97, 98, 99]
+    with pytest.raises(ConfigError):
+        TreeConfig(draft_context=4)
+
+
+def test_windowed_draft_context_stays_token_exact_and_reads_the_window(tiny_target, tiny_draft) -> None:
+    """A 200-token prompt with draft_context 16: the draft prefills 16 tokens (the first 4 and the
+    last 12), prompt lookup still reads the whole prompt, and greedy output equals ar's."""
+    rng = random.Random(2)
+    base = [rng.randrange(3, 500) for _ in range(20)]
+    prompt = (base * 10)[:200]
+    want = generate_all(AutoregressiveEngine(tiny_target, 256), prompt, SamplingParams(), 32)
+    cfg = TreeConfig(draft_context=16)
+    drafter = TreeDrafter(tiny_draft.model, cfg, 256)
+    assert generate_all(SerialEngine(tiny_target, drafter, cfg, 256), prompt, SamplingParams(), 32) == want
+    assert drafter.lookup.grafted > 0
+    drafter.start(prompt, want[0], SamplingParams())
+    assert drafter.runner.kv.prefix_len == 16
 
 
 def test_greedy_with_lookup_candidates_equals_ar(tiny_target, tiny_draft) -> None:
