@@ -28,6 +28,7 @@ from swiftspec.spec import TreeDrafter, TreeVerifier
 from swiftspec.spec.costs import RoundCosts, RoundTimes
 
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
+REPRODUCIBLE_FLOOR = 0.3  # seeded sampled rounds expand only leaves at least this likely under the draft
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ class SerialEngine:
         the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
         adapt = self._adapts(params)
-        floor = costs.min_weight() if adapt else -math.inf
+        floor = costs.min_weight() if adapt else self._fixed_floor(params)
         expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         t_select = time.perf_counter()
         verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
@@ -169,6 +170,12 @@ class SerialEngine:
         """Adaptive rounds shape the tree by measured times: a seeded sampled request keeps fixed
         rounds (SamplingParams.reproducible).  Greedy output never depends on the tree."""
         return bool(self.cfg.adaptive) and not params.reproducible
+
+    def _fixed_floor(self, params: SamplingParams) -> float:
+        """The expansion floor of rounds that measured times must not shape: a seeded sampled
+        request (with --adaptive) skips leaves less likely than REPRODUCIBLE_FLOOR under the draft,
+        a rule of the draft's probabilities alone; otherwise every round drafts d deep."""
+        return math.log(REPRODUCIBLE_FLOOR) if self.cfg.adaptive and params.reproducible else -math.inf
 
     def recover(self) -> bool:
         return False  # one process: no worker to lose

@@ -112,3 +112,26 @@ def test_process_and_sample_need_no_host_sync():
 def test_sampling_params_validation(bad):
     with pytest.raises(ConfigError):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("vocab", [1025, 4000])
+def test_top_p_from_candidates_equals_a_stable_sort(vocab) -> None:
+    """Past TOP_P_CANDIDATES tokens the CPU finds the nucleus among the most likely ones: the same
+    kept set as a stable sort, ties at the cut included, whether or not the candidates decide it."""
+    from swiftspec.sampling import TOP_P_CANDIDATES, _top_p
+
+    assert vocab > TOP_P_CANDIDATES
+    gen = torch.Generator().manual_seed(vocab)
+    for trial in range(40):
+        ranks = torch.randperm(vocab, generator=gen).float() + 1
+        logits = torch.randn(3, vocab, generator=gen) * (1 + trial % 4) - (trial % 3) * ranks.log()
+        if trial % 4 == 0:
+            logits = (logits * 2).round() / 2  # ties
+        if trial % 5 == 0:
+            logits[:, : TOP_P_CANDIDATES // 2] = 6.0  # a tie group at the top, as large as the candidates
+        probs = logits.softmax(-1)
+        for top_p in (0.1, 0.5, 0.9, 0.99):
+            sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+            drop = torch.zeros_like(probs, dtype=torch.bool).scatter(
+                -1, order, sorted_probs.cumsum(-1) - sorted_probs >= top_p)
+            assert torch.equal(_top_p(probs, top_p), probs.masked_fill(drop, 0.0)), (trial, top_p)
