@@ -1,22 +1,15 @@
 #!/usr/bin/env bash
-# GPU check: run on a machine with CUDA (e.g. the lent H200), from the repo root.
-# 1. the GPU-marked tests (Triton kernels vs references, CUDA graphs, NCCL tensor parallelism);
-# 2. the kernel microbenchmark on CUDA;
-# 3. ar, serial tree and async SwiftSpec side by side on the default pair (one process per group;
-#    on a single GPU both groups share the device).
-# Output lands in ${OUT:-gpu_out}/. Usage: bash bench/gpu_check.sh [PROMPTS] [MAX_TOKENS]
+# Offline GPU check (docs/bench/gpu/README.md): run from the repo root on a machine with CUDA, e.g.
+# a lent device with no network.  Installs nothing and needs no model files: the repository goes on
+# PYTHONPATH, the models are random pairs of the default pair's shapes built on the device, and
+# only torch (+ Triton on CUDA, pytest for step 1) must be installed.  Results (gpu_check.json,
+# gpu_check.md, gpu_tests.txt, gpu_check.log) land in ${OUT:-gpu_out}/.
+# Usage: bash bench/gpu_check.sh [bench/gpu_check.py options, e.g. --steps 2,3 or --device cpu --tiny]
 set -uo pipefail
+cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 mkdir -p "$out"
-prompts=${1:-5}
-tokens=${2:-128}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}  # the C++ CPU kernels' JIT build (step 5) on every core
 py=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
-
-$py -m pip install -q -e '.[test]' 2>&1 | tail -2
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-$py -m pytest -m gpu -q -rs tests 2>&1 | tee "$out/gpu_tests.txt"
-$py bench/gpu_kernels.py 2>&1 | tee "$out/gpu_kernels.txt"
-$py -m swiftspec.cli models pull
-$py -m swiftspec.cli bench --device cuda --modes ar,tree,async --prompts "$prompts" \
-    --max-tokens "$tokens" --out "$out/bench" 2>&1 | tee "$out/bench.txt"
+$py bench/gpu_check.py --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"

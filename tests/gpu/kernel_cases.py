@@ -1,4 +1,7 @@
-"""Inputs shared by the GPU-path tests: RoPE tables, token-tree masks and a tiny random model."""
+"""Inputs shared by the GPU-path tests: RoPE tables, token-tree masks and a tiny random model.
+
+Nothing here imports swiftspec.weights' GGUF side: a GPU machine's own torch may lack gguf
+(bench/gpu_check.py runs these tests there with --noconftest)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import torch
 from swiftspec.model import ModelArgs, Transformer
 from swiftspec.model.args import RopeScaling
 from swiftspec.model.layers import RotaryEmbedding
-from swiftspec.weights.tiny import random_weights
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,5 +41,9 @@ def tiny_model(device: torch.device | str, dtype: torch.dtype = torch.float32, n
                      num_heads=4, num_kv_heads=num_kv_heads, head_dim=16, rope_theta=10000.0, qkv_bias=True,
                      tie_word_embeddings=True, max_position_embeddings=512)
     model = Transformer(args, dtype=dtype, device=device)
-    model.load_weights(random_weights(args, seed=0).items())
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # the same values on every device: drawn on the CPU, then copied
+        for name, param in model.named_parameters():
+            std = 0.1 if param.dim() == 1 else param.shape[1] ** -0.5  # biases and norms; a linear's 1/sqrt(K)
+            param.copy_(torch.randn(param.shape, generator=gen) * std + (1.0 if "norm" in name else 0.0))
     return model.eval()
