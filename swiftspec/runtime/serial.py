@@ -28,7 +28,7 @@ from swiftspec.spec import TreeDrafter, TreeVerifier
 from swiftspec.spec.costs import RoundCosts, RoundTimes
 
 PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
-REPRODUCIBLE_FLOOR = 0.3  # seeded sampled rounds expand only leaves at least this likely under the draft
+REPRODUCIBLE_FLOOR = 0.3  # seeded sampled rounds expand and verify only nodes at least this likely under the draft
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +146,8 @@ class SerialEngine:
         expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         t_select = time.perf_counter()
         verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-        sub = self.drafter.subtree(self.cfg.verify_size, verify_costs, t_select - t0 + costs.other_s, costs.trust())
+        size = self._verify_size(adapt, floor)
+        sub = self.drafter.subtree(size, verify_costs, t_select - t0 + costs.other_s, costs.trust())
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
         t_verify = time.perf_counter()
@@ -172,10 +173,18 @@ class SerialEngine:
         return bool(self.cfg.adaptive) and not params.reproducible
 
     def _fixed_floor(self, params: SamplingParams) -> float:
-        """The expansion floor of rounds that measured times must not shape: a seeded sampled
-        request (with --adaptive) skips leaves less likely than REPRODUCIBLE_FLOOR under the draft,
-        a rule of the draft's probabilities alone; otherwise every round drafts d deep."""
+        """The floor of rounds that measured times must not shape: a seeded sampled request (with
+        --adaptive) neither expands nor verifies nodes less likely than REPRODUCIBLE_FLOOR under the
+        draft, a rule of the draft's probabilities alone; otherwise every round drafts d deep and
+        verifies bs nodes."""
         return math.log(REPRODUCIBLE_FLOOR) if self.cfg.adaptive and params.reproducible else -math.inf
+
+    def _verify_size(self, adapt: bool, floor: float) -> int:
+        """bs, or for rounds with a fixed floor the nodes at least that likely under the draft (the
+        best ones form a subtree: a child is never likelier than its parent)."""
+        if adapt or floor == -math.inf:
+            return self.cfg.verify_size
+        return min(self.cfg.verify_size, int((self.drafter.tree.weights >= floor).sum()))
 
     def recover(self) -> bool:
         return False  # one process: no worker to lose

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swiftspec.sampling import SamplingParams
 from swiftspec.fim import ExtraChunk, FimInput
-from swiftspec.serve.openai_protocol import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from swiftspec.serve.openai_protocol import few_short_stops
 
 # llama.cpp fields this server cannot honour, with their neutral value (also accepted: null, "", [], {}).
 UNSUPPORTED = {
@@ -62,12 +62,7 @@ class InfillRequest(BaseModel):
     @field_validator("stop")
     @classmethod
     def _few_short_stops(cls, stop: list[str] | str | None) -> list[str] | str | None:
-        stops = [stop] if isinstance(stop, str) else stop or []
-        if len(stops) > MAX_STOP_STRINGS:
-            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are supported")
-        if any(len(s) > MAX_STOP_CHARS for s in stops):
-            raise ValueError(f"a stop string may have at most {MAX_STOP_CHARS} characters")
-        return stop
+        return few_short_stops(stop)
 
     @model_validator(mode="after")
     def _no_unsupported(self) -> "InfillRequest":

@@ -80,12 +80,7 @@ class GenerationRequest(BaseModel):
     @field_validator("stop")
     @classmethod
     def _few_short_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
-        stops = [stop] if isinstance(stop, str) else stop or []
-        if len(stops) > MAX_STOP_STRINGS:
-            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are supported")
-        if any(len(s) > MAX_STOP_CHARS for s in stops):
-            raise ValueError(f"a stop string may have at most {MAX_STOP_CHARS} characters")
-        return stop
+        return few_short_stops(stop)
 
     @model_validator(mode="after")
     def _no_unsupported(self) -> "GenerationRequest":
@@ -115,6 +110,16 @@ class GenerationRequest(BaseModel):
     @property
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+
+def few_short_stops(stop: str | list[str] | None) -> str | list[str] | None:
+    """stop as given, if it holds at most MAX_STOP_STRINGS strings of at most MAX_STOP_CHARS each."""
+    stops = [stop] if isinstance(stop, str) else stop or []
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are supported")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise ValueError(f"a stop string may have at most {MAX_STOP_CHARS} characters")
+    return stop
 
 
 class CompletionRequest(GenerationRequest):
