@@ -23,7 +23,7 @@ from swiftspec.bench.roofline import measure_bandwidth
 from swiftspec.bench.runners import Lineup, build_lineup, mode_config, resolve_sources
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
-from swiftspec.exec.load import CONTEXT_STEP
+from swiftspec.exec.load import CONTEXT_STEP, with_context
 from swiftspec.errors import UserError
 from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt
 
@@ -157,9 +157,7 @@ def _context(base: EngineConfig, ids: list[list[int]], max_tokens: int) -> Engin
                         f"--max-seq-len {limit}")
     if limit:
         return base
-    length = -(-need // CONTEXT_STEP) * CONTEXT_STEP
-    return dataclasses.replace(base, target_load=dataclasses.replace(base.target_load, max_seq_len=length),
-                               draft_load=dataclasses.replace(base.draft_load, max_seq_len=length))
+    return with_context(base, -(-need // CONTEXT_STEP) * CONTEXT_STEP)
 
 
 def build_report(

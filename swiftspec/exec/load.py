@@ -73,13 +73,18 @@ def resolve_context(config: EngineConfig) -> EngineConfig:
     if length < target.max_position_embeddings:
         log.warning("context: %d tokens (the model takes %d; more would not fit in memory: --max-seq-len)",
                     length, target.max_position_embeddings)
+    return with_context(config, length)
+
+
+def with_context(config: EngineConfig, length: int) -> EngineConfig:
+    """config with a context of `length` tokens for the target and the draft."""
     return dataclasses.replace(config, target_load=dataclasses.replace(config.target_load, max_seq_len=length),
                                draft_load=dataclasses.replace(config.draft_load, max_seq_len=length))
 
 
 def _kv_bytes(args: ModelArgs, dtype: str) -> int:
     """Bytes of K and V per cached token."""
-    return 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.tensor([], dtype=DTYPES[dtype]).element_size()
+    return 2 * args.num_layers * args.num_kv_heads * args.head_dim * DTYPES[dtype].itemsize
 
 
 def free_memory(device: str) -> int:

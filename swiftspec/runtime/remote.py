@@ -12,7 +12,6 @@ connects again until a target host answers.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import time
 from typing import Callable
