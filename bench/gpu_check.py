@@ -246,7 +246,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-seq-len", type=int, default=2048)
     ap.add_argument("--window", type=float, default=2.0, help="step 4: seconds each timing window lasts")
     ap.add_argument("--splits", default="8+8,12+4", help="step 5: target+draft cores of each async run")
-    ap.add_argument("--acceptance", type=Path, default=REPO / "docs/bench/report.json",
+    ap.add_argument("--acceptance", type=Path, default=REPO / "docs/bench/history/full-2026-11-30/report.json",
                     help="a `swiftspec bench` report.json of the real pair on the CPU (acceptance lengths)")
     opts = ap.parse_args(argv)
     opts.shapes = TINY_PAIR if opts.tiny else DEFAULT_PAIR
