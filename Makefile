@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-llamacpp demo test test-fast bench bench-check bench-kernels style clean
+.PHONY: install install-llamacpp install-ikllama demo test test-fast bench bench-check bench-kernels style clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ install-llamacpp: install
 	$(PY) -m pip install -q "numpy>=1.20" "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3"
 	CMAKE_ARGS="$$($(PY) tools/llamacpp_cmake_args.py)" $(PY) -m pip install -q --no-cache-dir \
 		--force-reinstall --no-deps llama-cpp-python
+
+# ik_llama.cpp's llama-server (the second CPU peer), built once for this CPU into ~/.cache/swiftspec/ikllama
+# (30+ minutes on 2 cores, at low priority; SWIFTSPEC_ISA=avx2 builds an AVX2-only peer as above).
+install-ikllama: install
+	$(PY) tools/build_ikllama.py
 
 bench-kernels: install
 	$(PY) bench/kernels.py

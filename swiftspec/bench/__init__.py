@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Bench flags (the model, dtype and tree flags come from add_engine_arguments)."""
     parser.add_argument("--modes", default=ALL_MODES,
                         help="comma list of ar, chain, tree, async, auto (optionally @bf16/@int8/@int4), hf-ar, "
-                             "hf-assisted, llamacpp-ar, llamacpp-spec; `;` separates groups loaded one after "
+                             "hf-assisted, llamacpp-ar, llamacpp-spec, ikllama-ar, ikllama-spec; `;` separates groups loaded one after "
                              f"another when all modes do not fit in memory at once (default: {ALL_MODES})")
     parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
     parser.add_argument("--dataset", default=None,
@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="prompt i is run with seed + i in every mode")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per mode first (default 1)")
     parser.add_argument("--llama-server", default=None, help="llama-server binary for the llama.cpp peers")
+    parser.add_argument("--ik-llama-server", default=None,
+                        help="ik_llama.cpp's llama-server for the ikllama peers (default: the build of "
+                             "`make install-ikllama` for this CPU)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="CPU threads for every mode and the bandwidth test (default: all cores)")
     parser.add_argument("--trace-dir", default=None,

@@ -21,7 +21,8 @@ from swiftspec.errors import UserError
 from swiftspec.runtime.trace import TraceFile
 from swiftspec.sampling import SamplingParams
 
-PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec")
+PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec", "ikllama-ar", "ikllama-spec")
+AR_PEERS = ("llamacpp-ar", "ikllama-ar")  # the "vs best peer" column takes the faster of these
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +30,8 @@ class ModeSpec:
     """One benchmarked mode: ours ("ar", "tree@int4", ...) or a peer ("hf-ar", "llamacpp-spec", ...)."""
 
     name: str  # as given on the command line; the report's key
-    kind: str  # "ours" | "hf" | "llamacpp"
-    variant: str  # ours: engine mode ("auto" until the bench resolves it); hf: "ar" | "assisted"; llamacpp: "ar" | "spec"
+    kind: str  # "ours" | "hf" | "llamacpp" | "ikllama"
+    variant: str  # ours: engine mode ("auto" until the bench resolves it); hf: "ar" | "assisted"; llamacpp, ikllama: "ar" | "spec"
     weights: str | None = None  # ours: --weights override for this mode
     group: int = 0  # modes of one group are loaded together and interleaved; groups run one after another
     draft_weights: str | None = None  # ours: the draft format auto chose for this mode

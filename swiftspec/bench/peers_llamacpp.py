@@ -1,24 +1,30 @@
-"""Peer: llama.cpp on the same GGUF files, through llama-cpp-python or a `llama-server` binary.
+"""Peers: llama.cpp on the same GGUF files, through llama-cpp-python or a `llama-server` binary, and
+ik_llama.cpp (a llama.cpp fork with its own CPU kernels) through its `llama-server`.
 
 llamacpp-ar is plain decoding. llamacpp-spec is speculative decoding with the real draft model:
 natively in llama-server (`-md`), or in llama-cpp-python through its LlamaDraftModel hook, filled by
-a second Llama instance of the draft that proposes `k` greedy tokens per round.
+a second Llama instance of the draft that proposes `k` greedy tokens per round.  ikllama-ar and
+ikllama-spec run ik_llama.cpp's server with its fastest CPU setting (IK_FLAGS), built for this CPU
+by tools/build_ikllama.py (`make install-ikllama`), which records where in ik_server_record().
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from swiftspec.bench.harness import RunResult
 from swiftspec.errors import UserError
+from swiftspec.kernels.cpu_ext import cache_dir
 
 try:
     from llama_cpp import Llama
@@ -28,6 +34,7 @@ except ImportError:
     _DraftBase = object
 
 _SERVER_START_S = 300.0  # loading a GGUF on a busy machine can be slow
+IK_FLAGS = ("-rtr",)  # run-time repacking into its interleaved CPU layouts (flash attention is on by default)
 
 
 def llama_cpp_available() -> bool:
@@ -38,6 +45,20 @@ def llama_cpp_version() -> str:
     import llama_cpp
 
     return llama_cpp.__version__
+
+
+def ik_server_record() -> Path:
+    """The file that names ik_llama.cpp's llama-server built for this CPU at the SWIFTSPEC_ISA cap in force
+    (one per cap, so an AVX2-only build can sit beside the native one)."""
+    cap = os.environ.get("SWIFTSPEC_ISA", "").strip().lower() or "native"
+    return cache_dir() / "ikllama" / f"llama-server-{cap}.path"
+
+
+def ik_llama_server() -> str | None:
+    """The recorded ik_llama.cpp llama-server for this CPU, if it was built and still exists."""
+    record = ik_server_record()
+    path = record.read_text().strip() if record.is_file() else ""
+    return path if path and Path(path).is_file() else None
 
 
 def _clip(tokens: list[int], eos_ids: frozenset[int]) -> list[int]:
@@ -115,14 +136,17 @@ class LlamaServerRunner:
     """A `llama-server` child on a loopback port; `-md` adds its native speculative decoding.
 
     Times are the server's own (`timings.prompt_ms` / `predicted_ms`), so HTTP overhead is excluded.
+    A server that returns no token ids (ik_llama.cpp's) has its text encoded by `encode`.
     """
 
     def __init__(self, binary: str, target: Path, threads: int, n_ctx: int, eos_ids: frozenset[int],
-                 sampling: tuple[float, float], log: Path, draft: Path | None = None) -> None:
-        """sampling: (temperature, top-p)."""
+                 sampling: tuple[float, float], log: Path, draft: Path | None = None,
+                 extra: tuple[str, ...] = (), encode: Callable[[str], list[int]] | None = None) -> None:
+        """sampling: (temperature, top-p); extra: more server flags."""
         self.port = _free_port()
         cmd = [binary, "-m", str(target), "--host", "127.0.0.1", "--port", str(self.port),
-               "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1"]
+               "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1", *extra]
+        self.encode = encode
         if draft is not None:
             cmd += ["-md", str(draft)] + _draft_type_args(binary)
         self.log = log
@@ -157,7 +181,8 @@ class LlamaServerRunner:
         with urllib.request.urlopen(req, timeout=600) as r:
             res = json.loads(r.read())
         t = res["timings"]
-        tokens = _clip(list(res.get("tokens", [])), self.eos_ids)
+        ids = res["tokens"] if "tokens" in res or self.encode is None else self.encode(res.get("content", ""))
+        tokens = _clip(list(ids), self.eos_ids)
         ttft = t["prompt_ms"] / 1000
         total = ttft + t["predicted_ms"] / 1000
         if not self.speculative:

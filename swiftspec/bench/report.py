@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from swiftspec.bench import auto_report
-from swiftspec.bench.summary import DEFINITIONS
+from swiftspec.bench.summary import DEFINITIONS, best_peer
 
 
 def machine_info(threads: int) -> dict:
@@ -77,7 +77,8 @@ def _row(name: str, m: dict, ppl: float | None) -> str:
         f"`{name}`", _fmt(tps["mean"], ".1f"), _fmt(tps["median"], ".1f"),
         f"{tps['p10']:.1f}–{tps['p90']:.1f}", _fmt(m["ttft_s"], ".3f"), _fmt(m["tpot_s"] * 1e3, ".1f"),
         _fmt(m["acceptance_length"]), matches, _fmt(ppl, ".3f"), _fmt(m["speedup_vs_hf_ar"], suffix="×"),
-        _fmt(m["speedup_vs_ar"], suffix="×"), _fmt(roof["bound_tokens_per_s"], ".1f"),
+        _fmt(m["speedup_vs_ar"], suffix="×"), _fmt(m.get("speedup_vs_peer"), suffix="×"),
+        _fmt(roof["bound_tokens_per_s"], ".1f"),
         _fmt(None if roof["fraction_of_bound"] is None else 100 * roof["fraction_of_bound"], ".0f", "%"),
     ]
     return "| " + " | ".join(cells) + " |"
@@ -97,10 +98,13 @@ def markdown(report: dict) -> str:
         f"{report['bandwidth_gb_s']:.1f} GB/s.",
         "",
         "| mode | tok/s mean | median | p10–p90 | TTFT s | TPOT ms | accept len | = ar | perplexity | vs hf-ar "
-        "| vs ar | roofline tok/s | of roofline |",
-        "|" + "---|" * 13,
+        "| vs ar | vs best peer | roofline tok/s | of roofline |",
+        "|" + "---|" * 14,
     ]
     lines += [_row(name, m, _ppl(report, m)) for name, m in report["modes"].items()]
+    if any(m.get("speedup_vs_peer") for m in report["modes"].values()):
+        lines += ["", f"vs best peer: against `{best_peer(report['modes'])}`, the faster of llamacpp-ar and "
+                      "ikllama-ar in this run."]
     if report.get("perplexity"):
         from swiftspec.bench.perplexity import Perplexity, markdown as ppl_markdown
 

@@ -80,6 +80,8 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
                 _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args)
             elif spec.kind == "hf":
                 _add_hf(lineup, spec, args, hf_models, sources)
+            elif spec.kind == "ikllama":
+                _add_ikllama(lineup, spec, args, sources, base.target_load.max_seq_len)
             else:
                 _add_llamacpp(lineup, spec, args, sources, base.target_load.max_seq_len)
     except BaseException:
@@ -160,5 +162,27 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sour
         lineup.backends[spec.name] = f"llama-cpp-python {lc.llama_cpp_version()}" + (
             f" (draft model, k={k})" if draft else "")
     lineup.runners[spec.name] = runner
+    draft_bytes = gguf_weight_bytes(draft) if draft else 0
+    lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)
+
+
+def _add_ikllama(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources, n_ctx: int) -> None:
+    """ik_llama.cpp peers: its llama-server (given, or the `make install-ikllama` build for this CPU)."""
+    from swiftspec.bench import peers_llamacpp as lc
+
+    draft = sources.draft if spec.variant == "spec" else None
+    if any(p.is_dir() for p in [sources.target] + ([draft] if draft else [])):
+        lineup.skipped[spec.name] = "ik_llama.cpp needs GGUF files; the model is an HF directory"
+        return
+    binary = args.ik_llama_server or lc.ik_llama_server()
+    if binary is None:
+        lineup.skipped[spec.name] = "ik_llama.cpp is not built for this CPU: make install-ikllama (or --ik-llama-server)"
+        return
+    log = Path(args.out) / f"ik-llama-server-{spec.name}.log"
+    tok = lineup.tokenizer
+    lineup.runners[spec.name] = lc.LlamaServerRunner(
+        binary, sources.target, args.threads, n_ctx, tok.eos_token_ids, (args.temperature, args.top_p), log, draft,
+        extra=lc.IK_FLAGS, encode=tok.encode)
+    lineup.backends[spec.name] = f"ik_llama.cpp llama-server {binary} ({' '.join(lc.IK_FLAGS)})"
     draft_bytes = gguf_weight_bytes(draft) if draft else 0
     lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)

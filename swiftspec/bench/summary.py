@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from swiftspec.bench.divergence import Divergence
-from swiftspec.bench.harness import ModeSpec, RunResult
+from swiftspec.bench.harness import AR_PEERS, ModeSpec, RunResult
 from swiftspec.bench.roofline import WeightBytes, bound
 
 DEFINITIONS = {
@@ -32,6 +32,7 @@ DEFINITIONS = {
     "tpot_s": "mean time per output token after the first arrival",
     "acceptance_length": "tokens emitted per target forward, pooled over all rounds (1.0 for autoregressive)",
     "speedup": "mean tokens_per_s of the mode / mean tokens_per_s of the baseline",
+    "vs best peer": "speedup against the faster of llamacpp-ar and ikllama-ar in this run",
     "matches_ar": "greedy tokens identical to our ar mode of the same weight format (else the first ar mode) on every prompt (null: not greedy or no ar mode)",
     "divergences": "first divergence from ar on every prompt where the tokens differ",
     "tie": "top-2 logit gap of our target at the divergence <= eps(dtype) * max(|l1|, |l2|)",
@@ -141,11 +142,21 @@ def _prompt_entry(index: int, prompt_tokens: int, r: RunResult) -> dict:
 
 
 def add_speedups(modes: dict[str, dict]) -> None:
-    """speedup_vs_ar and speedup_vs_hf_ar on every mode (None when the baseline did not run)."""
-    for key, base in (("speedup_vs_ar", "ar"), ("speedup_vs_hf_ar", "hf-ar")):
-        ref = modes.get(base, {}).get("tokens_per_s", {}).get("mean", 0.0)
+    """speedup_vs_ar, speedup_vs_hf_ar and speedup_vs_peer (the faster of the AR_PEERS that ran) on every
+    mode (None when the baseline did not run)."""
+    for key, base in (("speedup_vs_ar", "ar"), ("speedup_vs_hf_ar", "hf-ar"), ("speedup_vs_peer", best_peer(modes))):
+        ref = _mean_speed(modes, base)
         for entry in modes.values():
             entry[key] = entry["tokens_per_s"]["mean"] / ref if ref else None
+
+
+def best_peer(modes: dict[str, dict]) -> str:
+    """The faster of the AR_PEERS in this run (one that did not run has speed 0)."""
+    return max(AR_PEERS, key=lambda name: _mean_speed(modes, name))
+
+
+def _mean_speed(modes: dict[str, dict], name: str) -> float:
+    return modes.get(name, {}).get("tokens_per_s", {}).get("mean", 0.0)
 
 
 def _busy_mean(rs: list) -> dict[str, float] | None:

@@ -18,7 +18,7 @@ from swiftspec.cli.main import run as cli_run
 DIST_KEYS = {"mean", "median", "p10", "p90"}
 MODE_KEYS = {
     "kind", "backend", "tokens_per_s", "e2e_tokens_per_s", "ttft_s", "tpot_s", "acceptance_length", "rounds",
-    "draft_s", "verify_s", "matches_ar", "first_divergence", "divergences", "speedup_vs_ar", "speedup_vs_hf_ar", "roofline",
+    "draft_s", "verify_s", "matches_ar", "first_divergence", "divergences", "speedup_vs_ar", "speedup_vs_hf_ar", "speedup_vs_peer", "roofline",
     "per_prompt",
 }
 ROOFLINE_KEYS = {"target_weight_bytes", "draft_weight_bytes", "draft_forwards_per_round", "bytes_per_token",
@@ -33,7 +33,7 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     out = tmp_path / "out"
     rc = cli_run([
         "bench", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--dtype", "float32",
-        "--max-seq-len", "256", "--modes", "ar,chain,auto;hf-ar,llamacpp-ar", "--prompts", "2", "--dataset",
+        "--max-seq-len", "256", "--modes", "ar,chain,auto;hf-ar,llamacpp-ar,ikllama-ar", "--prompts", "2", "--dataset",
         str(dataset), "--max-tokens", "8", "--warmup", "1", "--threads", "1", "--out", str(out),
         "--trace-dir", str(tmp_path / "traces"), "--chat", "--perplexity", str(text), "--perplexity-windows", "1",
     ])
@@ -47,7 +47,8 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
     assert auto["measured_best"] in ("ar", "chain", "auto") and 0 < auto["choice_of_best"] <= 1
     traces = sorted(p.name for p in (tmp_path / "traces").iterdir())
     assert traces == [f"{m}-prompt{i}.json" for m in ("ar", "auto", "chain") for i in (0, 1)]
-    assert "llamacpp-ar" in report["skipped"]  # llama.cpp needs a GGUF; the tiny model is an HF directory
+    assert {"llamacpp-ar", "ikllama-ar"} <= set(report["skipped"])  # both need a GGUF; the tiny model is an HF directory
+    assert all(m["speedup_vs_peer"] is None for m in report["modes"].values())  # no peer ran
     for name, mode in report["modes"].items():
         assert MODE_KEYS <= set(mode), name
         assert set(mode["tokens_per_s"]) == DIST_KEYS
@@ -73,9 +74,10 @@ def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
 
 
 def test_parse_modes() -> None:
-    specs = parse_modes("ar, tree@int4;hf-assisted,llamacpp-spec")
+    specs = parse_modes("ar, tree@int4;hf-assisted,llamacpp-spec,ikllama-ar")
     assert [(s.kind, s.variant, s.weights, s.group) for s in specs] == [
-        ("ours", "ar", None, 0), ("ours", "tree", "int4", 0), ("hf", "assisted", None, 1), ("llamacpp", "spec", None, 1)]
+        ("ours", "ar", None, 0), ("ours", "tree", "int4", 0), ("hf", "assisted", None, 1), ("llamacpp", "spec", None, 1),
+        ("ikllama", "ar", None, 1)]
     for bad in ("warp", "tree@int3", "hf-ar@int4", "ar,ar", ""):
         with pytest.raises(UserError):
             parse_modes(bad)
@@ -155,3 +157,17 @@ def test_long_code_and_fim_sets(tiny_fim_dir, tiny_qwen_dir) -> None:
     assert sized.target_load.max_seq_len == sized.draft_load.max_seq_len >= len(ids) + 128
     with pytest.raises(UserError, match="exceeds --max-seq-len 64"):
         _context(EngineConfig(target_load=LoadConfig(max_seq_len=64)), [ids], 128)
+
+
+def test_speedup_against_the_faster_peer() -> None:
+    """`vs best peer` divides by the faster of llama.cpp's and ik_llama.cpp's plain decoding in the run."""
+    from swiftspec.bench.summary import add_speedups, best_peer
+
+    modes = {name: {"tokens_per_s": {"mean": speed}} for name, speed in
+             (("ar", 20.0), ("tree", 40.0), ("llamacpp-ar", 16.0), ("ikllama-ar", 25.0))}
+    add_speedups(modes)
+    assert best_peer(modes) == "ikllama-ar"
+    assert modes["tree"]["speedup_vs_peer"] == 40.0 / 25.0 and modes["ar"]["speedup_vs_peer"] == 20.0 / 25.0
+    del modes["ikllama-ar"]
+    add_speedups(modes)
+    assert best_peer(modes) == "llamacpp-ar" and modes["tree"]["speedup_vs_peer"] == 40.0 / 16.0
