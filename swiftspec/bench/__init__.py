@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=10, help="number of prompts (first N; default 10)")
     parser.add_argument("--dataset", default=None,
                         help='"humaneval" (default), "chat" (40 bundled chat questions), "longcode" (8 source files '
-                             'of 2.1k-3.5k tokens to continue), "fim" (8 fill-in-the-middle cuts) or a JSONL of '
+                             'of 2.1k-3.5k tokens to continue), "fim" (8 fill-in-the-middle cuts), "longdoc" (8 questions '
+                             'about documents of 2.4k-4.5k tokens; use --chat) or a JSONL of '
                              '{"prompt": ...[, "suffix": ...]}')
     parser.add_argument("--chat", action="store_true",
                         help="send each prompt through the target's chat template as a user message, as serve does")

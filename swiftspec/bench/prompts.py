@@ -35,7 +35,7 @@ def humaneval_path() -> Path:
 
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-BUNDLED_SETS = {"chat": "chat40.jsonl", "longcode": "longcode8.jsonl", "fim": "fim8.jsonl"}  # name -> file under swiftspec/data ("humaneval" is the package's)
+BUNDLED_SETS = {"chat": "chat40.jsonl", "longcode": "longcode8.jsonl", "fim": "fim8.jsonl", "longdoc": "longdoc8.jsonl"}  # name -> file under swiftspec/data ("humaneval" is the package's)
 
 
 def dataset_path(dataset: str | None) -> Path:

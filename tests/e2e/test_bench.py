@@ -146,6 +146,9 @@ def test_long_code_and_fim_sets(tiny_fim_dir, tiny_qwen_dir) -> None:
     longcode, fim = load_prompts(8, "longcode"), load_prompts(8, "fim")
     assert len(longcode) == len(fim) == 8 and all(len(p.text) > 7000 for p in longcode)
     assert all(p.suffix is None for p in longcode) and all(p.suffix for p in fim)
+    docs = load_prompts(8, "longdoc")  # a question after each document
+    assert len(docs) == 8 and all(len(p.text) > 7000 and "</document>" in p.text for p in docs)
+    assert all(p.text.rstrip().endswith("?") or p.text.rstrip().endswith(".") for p in docs)
     tok = Tokenizer.from_dir(tiny_fim_dir)
     ids = _encode(tok, fim[0], False)
     tokens = find_fim_tokens(tok)
