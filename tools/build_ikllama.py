@@ -4,8 +4,8 @@ ik_llama.cpp (a llama.cpp fork with its own CPU matmul kernels and run-time repa
 the second CPU peer of `swiftspec bench` (modes ikllama-ar and ikllama-spec), which finds the build
 through the file ik_server_record() names.  Its source comes from
 the `ik-llama-cpp-python` sdist on PyPI (pinned below), which vendors the fork under
-`vendor/ik_llama.cpp` but lacks `common/cmake/build-info-gen-cpp.cmake`: the build-info source is
-written here from its template instead.  The CPU features are the ones tools/llamacpp_cmake_args.py
+`vendor/ik_llama.cpp` but lacks `common/cmake/build-info-gen-cpp.cmake`, the script that writes the
+build-info source from its template: it is written here, with fixed values (the sdist has no git).  The CPU features are the ones tools/llamacpp_cmake_args.py
 gives llama.cpp (this CPU's own, capped by SWIFTSPEC_ISA, AMX and -march=native off), so the two
 peers are built alike.  Its iqk kernels take 30+ minutes on 2 cores; the build runs at low
 priority (nice 19) with a progress line, and a finished build is reused: the cache directory is
@@ -53,11 +53,14 @@ def source_dir(root: Path) -> Path:
 
 
 def write_build_info(src: Path) -> None:
-    """common/build-info.cpp from its template (the sdist has no git and no generator script)."""
-    template = (src / "common" / "build-info.cpp.in").read_text()
-    values = {"BUILD_NUMBER": "0", "BUILD_COMMIT": f"{PACKAGE}-{VERSION}", "BUILD_COMPILER": "c++",
-              "BUILD_TARGET": "x86_64-linux"}
-    (src / "common" / "build-info.cpp").write_text(re.sub(r"@(\w+)@", lambda m: values[m.group(1)], template))
+    """common/cmake/build-info-gen-cpp.cmake, which the build runs to write common/build-info.cpp from its
+    template: the sdist has neither the script nor git, so the values are fixed ones."""
+    script = src / "common" / "cmake" / "build-info-gen-cpp.cmake"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        f'set(BUILD_NUMBER 0)\nset(BUILD_COMMIT "{PACKAGE}-{VERSION}")\nset(BUILD_COMPILER "c++")\n'
+        'set(BUILD_TARGET "x86_64-linux")\n'
+        'configure_file("${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in" "${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp" @ONLY)\n')
 
 
 def build(src: Path, out: Path, args: list[str]) -> Path:
@@ -68,11 +71,15 @@ def build(src: Path, out: Path, args: list[str]) -> Path:
     jobs = str(os.cpu_count() or 2)
     proc = subprocess.Popen(nice + ["cmake", "--build", str(out), "-j", jobs, "--target", *TARGETS],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    errors: list[str] = []
     for line in proc.stdout:
         step = re.match(r"\[(\d+)/(\d+)\]", line)
         if step:
             print(f"\rbuilding ik_llama.cpp: {step.group(1)}/{step.group(2)}", end="", file=sys.stderr, flush=True)
+        else:
+            errors = (errors + [line.rstrip()])[-20:]
     if proc.wait() != 0:
+        print("\n" + "\n".join(errors), file=sys.stderr)
         raise SystemExit(f"error: the ik_llama.cpp build failed (rerun: cmake --build {out})")
     print(file=sys.stderr)
     return out / "bin" / "llama-server"
