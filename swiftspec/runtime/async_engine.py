@@ -21,16 +21,9 @@ from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.rendezvous import Joined
-from swiftspec.runtime.base import (
-    WARMUP_PROMPT,
-    Generation,
-    GenerationStats,
-    RequestState,
-    Rounds,
-    StartupProfile,
-    choose_depth,
-)
+from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Start, Verified
+from swiftspec.runtime.startup import StartupProfile, Warmup, async_profile
 from swiftspec.runtime.supervisor import Limits
 from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.runtime.worker_group import WorkerGroup
@@ -77,11 +70,8 @@ class AsyncEngine:
         try:
             self.workers.start()
             self.tokenizer = self.target.tokenizer
-            self.profile = StartupProfile(depth=config.tree.depth)  # no verify costs while profiling
-            if not config.tree.depth:
-                self.profile = self._choose_depth()
-            self.profile = dataclasses.replace(self.profile, verify_s=self._profile_verify())
-            self.limits = self._profile_limits()
+            self.profile = async_profile(config.tree, self)
+            self.limits = self._hang_limits(self.profile)
         except BaseException:
             self.close()
             raise
@@ -121,25 +111,27 @@ class AsyncEngine:
         should_stop: Callable[[], bool] | None = None,
     ) -> Generation:
         req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
-        return Generation(self._run(req, prompt, params, self.depth), req.stats)
+        return Generation(self._run(req, prompt, params, self.profile), req.stats)
 
     @property
     def depth(self) -> int:
         return self.profile.depth
 
-    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Rounds:
-        """generate() of a request already set up, guarded by the worker group: fails at once while
-        a fault stands, and turns a failure in the middle into a recorded fault."""
+    def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, plan: StartupProfile) -> Rounds:
+        """generate() of a request already set up, its rounds as `plan` says (d, verify costs);
+        guarded by the worker group: fails at once while a fault stands, and turns a failure in the
+        middle into a recorded fault."""
         with self.workers.serving():
-            yield from self._generate(req, prompt, params, depth)
+            yield from self._generate(req, prompt, params, plan)
 
-    def _generate(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int) -> Iterator[list[int]]:
+    def _generate(self, req: RequestState, prompt: list[int], params: SamplingParams,
+                  plan: StartupProfile) -> Iterator[list[int]]:
         """Algorithm 1, target side: prefill, start the draft, then verify round after round."""
         timeline, flow = Timeline(), Flow()
         rng = make_generator(params.seed, self.verifier.runner.device)
         limit = self.limits.prefill(len(prompt))  # the first round also waits for the draft's prefill
         with self.workers.watch("the prefill", limit):
-            first = self._prefill(prompt, params, rng, depth, timeline)
+            first = self._prefill(prompt, params, rng, plan, timeline)
         try:
             out = req.emit(first)
             if out:
@@ -159,7 +151,7 @@ class AsyncEngine:
             raise
         self._end(timeline, flow, req.stats, limit)
 
-    def _prefill(self, prompt: list[int], params: SamplingParams, rng: torch.Generator, depth: int,
+    def _prefill(self, prompt: list[int], params: SamplingParams, rng: torch.Generator, plan: StartupProfile,
                  timeline: Timeline) -> list[int]:
         """Prefill the target (its followers too) and pick the first token; Start the draft on it."""
         prompt_t = torch.tensor(prompt, dtype=torch.long)
@@ -167,8 +159,8 @@ class AsyncEngine:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
         with timeline.span("prefill"):
             first = pick_tokens(self.prefill_lane.run(self.verifier.prefill, prompt), params, rng).tolist()  # [1]
-        costs = torch.tensor(() if params.reproducible else self.profile.verify_s, dtype=torch.float64)  # [bs] or [0]
-        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=depth, params=params, verify_costs=costs))
+        costs = torch.tensor(() if params.reproducible else plan.verify_s, dtype=torch.float64)  # [bs] or [0]
+        self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=plan.depth, params=params, verify_costs=costs))
         return first
 
     def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline,
@@ -224,44 +216,30 @@ class AsyncEngine:
         if self.trace is not None:
             self.trace.add(request_trace(timeline, reply.events))
 
-    def _choose_depth(self) -> StartupProfile:
-        """d by profiling: time both sides at d = 1, then keep the faster of floor(t_t/t_d) and +1."""
-        prompt = self.tokenizer.encode(WARMUP_PROMPT)
-        stats = self._warmup(prompt, 1)
-        spans = stats.spans
-        t_target = (spans["target"]["spans_s"].get("forward", 0.0)) / max(1, stats.rounds)
-        expands = max(1, stats.rounds + 1)
-        t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / expands
-        depth = choose_depth(t_target, t_draft, lambda d: self._warmup(prompt, d).tokens_per_s, "async")
-        return StartupProfile(depth=depth, t_target_s=t_target, t_draft_s=t_draft)
-
-    def _profile_verify(self) -> tuple[float, ...]:
-        """Seconds to verify 1..bs nodes, which the draft weighs against each node's chance
-        (TreeConfig.adaptive_verify; spec/costs.py).  Only a lone target leader can time its
-        forwards alone (tensor-parallel followers mirror every forward): otherwise (), all bs."""
-        if not self.config.tree.adaptive_verify or self.layout.target_tp > 1:
-            return ()
-        best = self.lane.run(self.verifier.verify_times, self.tokenizer.encode(WARMUP_PROMPT), self.verify_size)
-        log.info("async: verifying 1..%d nodes takes %s ms", len(best), " ".join(f"{1e3 * s:.1f}" for s in best))
-        return tuple(best)
-
-    def _profile_limits(self) -> Limits:
-        """Hang limits from a warm-up at the chosen d (the second of two: the first pays one-time
-        costs): seconds per decode round and per prompt token."""
-        prompt = self.tokenizer.encode(WARMUP_PROMPT)
-        stats = [self._warmup(prompt, self.depth) for _ in range(2)][-1]
-        round_s = (stats.total_s - stats.ttft_s) / max(1, stats.rounds)
-        limits = Limits.profiled(round_s, stats.ttft_s / stats.prompt_tokens, self.config.worker_timeout)
-        log.info("async: %.1f ms per round; a round that takes over %.1f s means a hung worker",
-                 1e3 * round_s, limits.round_s)
-        return limits
-
-    def _warmup(self, prompt: list[int], depth: int) -> GenerationStats:
-        """Run a 24-token greedy request at d = depth; its stats."""
+    def warmup(self, prompt: list[int], plan: StartupProfile) -> Warmup:
+        """A 24-token greedy request as `plan` says (startup.Probe); per round, the target's
+        forward and the draft's expansion (the draft expands once more than the target verifies)."""
         req = RequestState(prompt, 24, self.max_seq_len, self.tokenizer.eos_token_ids)
-        for _ in self._run(req, prompt, SamplingParams(), depth):
+        for _ in self._run(req, prompt, SamplingParams(), plan):
             pass
-        return req.stats
+        stats, spans = req.stats, req.stats.spans
+        t_target = spans["target"]["spans_s"].get("forward", 0.0) / max(1, stats.rounds)
+        t_draft = spans["draft"]["spans_s"].get("expand", 0.0) / max(1, stats.rounds + 1)
+        return Warmup(stats=stats, t_target_s=t_target, t_draft_s=t_draft)
+
+    def verify_times(self, prompt: list[int]) -> list[float]:
+        """Seconds to verify 1..bs nodes (startup.Probe).  Only a lone target leader can time its
+        forwards alone (tensor-parallel followers mirror every forward): otherwise [], all bs."""
+        if self.layout.target_tp > 1:
+            return []
+        return self.lane.run(self.verifier.verify_times, prompt, self.verify_size)
+
+    def _hang_limits(self, profile: StartupProfile) -> Limits:
+        """Hang limits from the profile's warm request: seconds per decode round and per prompt token."""
+        limits = Limits.profiled(profile.round_s, profile.prefill_token_s, self.config.worker_timeout)
+        log.info("async: %.1f ms per round; a round that takes over %.1f s means a hung worker",
+                 1e3 * profile.round_s, limits.round_s)
+        return limits
 
     def close(self) -> None:
         """Shut the workers down (killed if they are out of step or slow to exit); leave the groups."""
