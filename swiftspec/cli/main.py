@@ -151,7 +151,7 @@ def run(argv: list[str] | None = None) -> int:
         return demo.run(args, engine_config_from_args(args, mode="auto"))
     if args.command == "worker":
         from swiftspec.config import EngineConfig
-        from swiftspec.runtime.remote import serve_draft
+        from swiftspec.runtime.draft_host import serve_draft
 
         args.model = args.draft_model or EngineConfig().draft  # the draft host holds no target: formats follow the draft
         return serve_draft(engine_config_from_args(args, mode="async"), once=args.once)

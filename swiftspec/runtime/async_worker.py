@@ -31,7 +31,7 @@ from swiftspec.runtime.protocol import (
 )
 from swiftspec.runtime.supervisor import LOAD_S
 from swiftspec.spec import TreeVerifier
-from swiftspec.spec.costs import RoundCosts, RoundTimes
+from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
 from swiftspec.runtime.trace import Timeline
 from swiftspec.tree import mask_from_parents
 
@@ -139,12 +139,12 @@ def _send_tree(drafter: TreeDrafter, io: GroupIO, bs: int, timeline: Timeline, c
     with timeline.span("select"):
         if costs.verify_s:
             sub = drafter.subtree(bs, costs.verify_costs(), costs.other_s, costs.trust())
-            promised = float(drafter.tree.weights[sub.nodes].exp().sum()) - 1  # the root's 1 is no draft
+            promise = promised(drafter.tree.weights, sub.nodes)
         else:
-            sub, promised = drafter.subtree(bs), 0.0
+            sub, promise = drafter.subtree(bs), 0.0
     with timeline.span("send_tree"):
         io.send(DraftTree(tokens=sub.tokens, parents=sub.parents, depths=sub.depths))
-    return SentTree(at, sub.tokens.numel(), promised)
+    return SentTree(at, sub.tokens.numel(), promise)
 
 
 def target_follower_loop(verifier: TreeVerifier, io: GroupIO) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generator, Iterator, Protocol
@@ -15,50 +13,7 @@ if TYPE_CHECKING:
     from swiftspec.runtime.trace import TraceFile
     from swiftspec.tokenizer import Tokenizer
 
-log = logging.getLogger("swiftspec")
-WARMUP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
-MAX_PROFILED_DEPTH = 8  # deeper trees outgrow what the draft can keep accurate
 Rounds = Generator[list[int], None, None]  # one request run lazily: the new token ids of each round
-
-
-def serial_depth(t_verify: float, t_expand: float, verify_size: int) -> int:
-    """d for the serial tree when --depth is 0: two expansions plus as many as fit in one
-    verification, and no deeper than a verify_size-node subtree reaches (verify_size - 1).
-
-    Serial rounds draft with focus (TreeDrafter.draft): past the first two expansions only the few
-    leaves that can still be verified are expanded, so a deeper expansion costs about a one-row
-    forward and stops early once the subtree is final.  The paper's floor(t_target / t_draft)
-    (choose_depth) assumes drafting overlaps verification.  The measurements behind the rule:
-    docs/bench/depth-rules.md."""
-    return min(deepest_depth(verify_size), 2 + round(t_verify / max(t_expand, 1e-6)))
-
-
-def deepest_depth(verify_size: int) -> int:
-    """The deepest a verify_size-node subtree reaches (verify_size - 1), within [2, MAX_PROFILED_DEPTH]:
-    the serial tree's d when its rounds end by the cost rule (TreeConfig.adaptive)."""
-    return min(MAX_PROFILED_DEPTH, max(2, verify_size - 1))
-
-
-def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], float], label: str) -> int:
-    """d by profiling (the paper's rule): d0 = floor(t_target / t_draft), then keep whichever of
-    d0 and d0 + 1 decodes faster in a short warm-up (speed_at(d) -> tok/s).  Logs the choice."""
-    d0 = min(MAX_PROFILED_DEPTH - 1, max(1, math.floor(t_target / max(t_draft, 1e-6))))
-    speed = {d: speed_at(d) for d in (d0, d0 + 1)}
-    best = max(speed, key=speed.get)
-    log.warning("%s: t_target %.1f ms, t_draft %.1f ms; d=%d: %.1f tok/s, d=%d: %.1f tok/s; using d=%d",
-                label, 1e3 * t_target, 1e3 * t_draft, d0, speed[d0], d0 + 1, speed[d0 + 1], best)
-    return best
-
-
-@dataclass(frozen=True, slots=True)
-class StartupProfile:
-    """What an engine measured at start-up, returned by its profiling and kept by the engine (the
-    bench and the logs read it): the d it runs with and the times that chose it."""
-
-    depth: int  # d: draft expansions per round (the given --depth, or the profiled one)
-    t_target_s: float = 0.0  # one target forward over a subtree; 0 when not measured
-    t_draft_s: float = 0.0  # one draft expansion; 0 when not measured
-    verify_s: tuple[float, ...] = ()  # adaptive verification (tree, async): seconds to verify 1..bs nodes
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from swiftspec.config import AutoConfig, EngineConfig, TreeConfig
 from swiftspec.runtime.auto.choose import predictions
 from swiftspec.runtime.auto.model import Calibration, DraftProfile, PairProfile, Prediction, predict_async
-from swiftspec.runtime.base import MAX_PROFILED_DEPTH
+from swiftspec.runtime.startup import MAX_PROFILED_DEPTH
 
 SPEEDS = (1 / 16, 64.0)  # the range of draft speeds the break-even search covers
 

@@ -1,34 +1,28 @@
-"""async across hosts: the target host's engine (RemoteEngine) and the draft host's loop (serve_draft).
+"""async across hosts, the target host's side: RemoteEngine, and the handshake both hosts send (hello).
 
-Each host runs one command and holds only its own model. The target host listens (parallel/rendezvous.py);
-while no draft host is linked it serves without speculation (ar) and reports itself degraded. A draft
-host that passes the handshake forms the two-rank world with it, and requests run async
-(runtime/async_engine.py, unchanged). A message that fails or takes longer than --link-timeout drops
-the link: the request under way finishes in ar from the tokens already emitted, and the next draft
-host to connect is taken between requests. The draft host, on losing the target, leaves the world and
-connects again until a target host answers.
+Each host runs one command and holds only its own model (the draft host's loop: runtime/draft_host.py).
+The target host listens (parallel/rendezvous.py); while no draft host is linked it serves without
+speculation (ar) and reports itself degraded. A draft host that passes the handshake forms the
+two-rank world with it, and requests run async (runtime/async_engine.py, unchanged). A message that
+fails or takes longer than --link-timeout drops the link: the request under way finishes in ar from
+the tokens already emitted, and the next draft host to connect is taken between requests. The draft
+host, on losing the target, leaves the world and connects again until a target host answers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Callable
 
-from swiftspec.config import NO_DRAFT, EngineConfig
-from swiftspec.errors import EngineFault, LinkError, UserError, link_errors
-from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
-from swiftspec.parallel.rendezvous import Hello, Joined, Listener, connect, read_secret, tokenizer_digest
+from swiftspec.config import EngineConfig
+from swiftspec.errors import EngineFault, LinkError
+from swiftspec.parallel.rendezvous import Hello, Listener, read_secret, tokenizer_digest
 from swiftspec.runtime.base import Generation, GenerationStats, Rounds, token_budget
-from swiftspec.runtime.protocol import DistTransport, Message, Shutdown, Start, Verified
 from swiftspec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 BEAT_KEY = "beat"  # the draft host counts up this store key while idle: the target sees it is alive
-BEAT_S = 1.0  # how often an idle draft host beats (and checks that the target's store still answers)
-IDLE_POLL_S = 0.002  # how often an idle draft host looks for the next request
-RETRY_S = 1.0  # how often a draft host tries to reach a target host that does not answer
 
 
 def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: swiftspec.tokenizer.Tokenizer
@@ -164,87 +158,3 @@ class RemoteEngine:
             self.session.close()  # Shutdown: the draft host goes back to waiting for a target
             self.session = None
         self.listener.close()
-
-
-class DraftHostIO:
-    """The draft leader's link to a remote target: between requests it polls for the next message
-    (a blocking receive would time out on an idle target) and beats; inside one it blocks, and the
-    process group's timeout turns a stalled link into LinkError."""
-
-    group = None  # the draft host runs one rank
-
-    def __init__(self, link: DistTransport, joined: Joined) -> None:
-        self.link, self.store = link, joined.store
-        self.busy = False
-
-    def recv(self) -> Message:
-        if not self.busy:
-            self._idle()
-        msg = self.link.recv()
-        if isinstance(msg, Start):
-            self.busy = True
-        elif isinstance(msg, Shutdown) or (isinstance(msg, Verified) and msg.stop):
-            self.busy = False
-        return msg
-
-    def _idle(self) -> None:
-        next_beat = 0.0
-        while not self.link.ready():
-            if time.monotonic() >= next_beat:
-                with link_errors():  # fails once the target host (which holds the store) is gone
-                    self.store.add(BEAT_KEY, 1)
-                next_beat = time.monotonic() + BEAT_S
-            time.sleep(IDLE_POLL_S)
-
-    def send(self, msg: Message) -> None:
-        self.link.send(msg)
-
-    def ready(self) -> bool:
-        return self.link.ready()
-
-
-def serve_draft(config: EngineConfig, once: bool = False) -> int:
-    """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
-    until it leaves, and link again (once: return after the first link ends)."""
-    from swiftspec.exec.load import resolve_draft_weights
-    from swiftspec.spec import build_drafter
-    from swiftspec.runtime.async_worker import DraftSettings, draft_loop
-    from swiftspec.weights import load_model, model_args, resolve_source
-
-    remote = config.remote
-    if config.draft == NO_DRAFT:
-        raise UserError("a draft host needs a draft model (--draft-model)")
-    config = resolve_draft_weights(config)
-    if not config.draft_load.max_seq_len:  # the draft's own context: at least what a target host of the pair takes
-        length = model_args(resolve_source(config.draft)).max_position_embeddings
-        config = dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, max_seq_len=length))
-    secret = read_secret(remote.secret_file)
-    draft = load_model(config.draft, config.draft_load)
-    drafter = build_drafter(draft, config.tree, config.draft_load.max_seq_len, config.draft_vocab,
-                            config.draft_load.weights)
-    mine = hello("draft", draft.tokenizer, config)
-    settings = DraftSettings(verify_size=config.tree.verify_size)
-    waiting_said = False
-    while True:
-        try:
-            joined = connect(remote.rendezvous, secret, mine, remote.link_timeout)
-        except (OSError, LinkError) as exc:  # nobody listens there yet, or it went away mid-handshake
-            if not waiting_said:
-                log.warning("draft host: waiting for the target host at %s (%s)", remote.rendezvous, exc)
-                waiting_said = True
-            time.sleep(RETRY_S)
-            continue
-        waiting_said = False
-        log.warning("draft host: linked to the target host at %s", remote.rendezvous)
-        try:
-            init_groups(Layout(), 1, "gloo", joined.store, joined.timeout_s)
-            all_ready()
-            draft_loop(drafter, DraftHostIO(DistTransport(0), joined), settings)
-            log.warning("draft host: the target host closed the link; waiting for it again")
-        except LinkError as exc:
-            log.warning("draft host: lost the target host (%s); waiting for it again", exc)
-        finally:
-            leave_groups()
-        if once:
-            return 0
-

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -11,23 +10,13 @@ from typing import Callable
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.base import (
-    WARMUP_PROMPT,
-    Generation,
-    GenerationStats,
-    RequestState,
-    Rounds,
-    StartupProfile,
-    deepest_depth,
-    log,
-    serial_depth,
-)
+from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
+from swiftspec.runtime.startup import StartupProfile, Warmup, serial_profile
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 from swiftspec.spec import TreeDrafter, TreeVerifier
-from swiftspec.spec.costs import RoundCosts, RoundTimes
+from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
 
-PROFILE_DEPTH = 2  # d of the start-up warm-up that times one expansion and one verification
 REPRODUCIBLE_FLOOR = 0.3  # seeded sampled rounds expand and verify only nodes at least this likely under the draft
 
 
@@ -55,53 +44,26 @@ class SerialEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
-        self.profile = self._profile()
+        self.profile = serial_profile(cfg, self)
         self.costs = RoundCosts(verify_s=list(self.profile.verify_s))  # the running costs of every request
 
     @property
     def depth(self) -> int:
         return self.profile.depth
 
-    def _profile(self) -> StartupProfile:
-        """d (given, the adaptive cap, or profiled) and, for adaptive verification, the verify times."""
-        cfg = self.cfg
-        profile = StartupProfile(depth=cfg.depth) if cfg.depth else (
-            self._adaptive_depth() if cfg.adaptive else self._profile_depth())
-        if cfg.adaptive and cfg.adaptive_verify:
-            profile = dataclasses.replace(profile, verify_s=tuple(self._profile_verify()))
-        return profile
-
-    def _adaptive_depth(self) -> StartupProfile:
-        """With the cost rule (RoundCosts) ending rounds, d only caps them: the deepest a bs-node
-        subtree reaches (docs/bench/depth-rules.md)."""
-        depth = deepest_depth(self.cfg.verify_size)
-        log.warning("tree: adaptive rounds of up to d=%d expansions", depth)
-        return StartupProfile(depth=depth)
-
-    def _profile_depth(self) -> StartupProfile:
-        """Time a short warm-up at d = PROFILE_DEPTH (the second of two: the first pays one-time
-        costs), then serial_depth (logged)."""
-        prompt = self.tokenizer.encode(WARMUP_PROMPT)
-        for _ in range(2):  # both times come from the last warm-up alone
-            stats, costs = self._warmup(prompt, PROFILE_DEPTH)
-        t_verify, t_expand = stats.verify_s / max(1, stats.rounds), costs.expand_s
-        depth = serial_depth(t_verify, t_expand, self.cfg.verify_size)
-        log.warning("tree: t_target %.1f ms, t_draft %.1f ms per expansion; using d=%d",
-                    1e3 * t_verify, 1e3 * t_expand, depth)
-        return StartupProfile(depth=depth, t_target_s=t_verify, t_draft_s=t_expand)
-
-    def _warmup(self, prompt: list[int], depth: int) -> tuple[GenerationStats, RoundCosts]:
-        """Run a 16-token greedy request at d = depth with costs of its own; its stats and costs."""
-        req, costs = RequestState(prompt, 16, self.max_seq_len, self.tokenizer.eos_token_ids), RoundCosts()
-        for _ in self._run(req, prompt, SamplingParams(), depth, costs):
+    def warmup(self, prompt: list[int], plan: StartupProfile) -> Warmup:
+        """A 16-token greedy request as `plan` says, with round costs of its own (startup.Probe);
+        per round, the target's forward and verification, and per expansion the draft's."""
+        req = RequestState(prompt, 16, self.max_seq_len, self.tokenizer.eos_token_ids)
+        costs = RoundCosts(verify_s=list(plan.verify_s))
+        for _ in self._run(req, prompt, SamplingParams(), plan.depth, costs):
             pass
-        return req.stats, costs
+        return Warmup(stats=req.stats, t_target_s=req.stats.verify_s / max(1, req.stats.rounds),
+                      t_draft_s=costs.expand_s)
 
-    def _profile_verify(self) -> list[float]:
-        """Seconds to verify 1..bs nodes after the warm-up prompt (logged)."""
-        best = self.target.verify_times(self.tokenizer.encode(WARMUP_PROMPT), self.cfg.verify_size)
-        log.warning("tree: verifying 1..%d nodes takes %s ms", len(best), " ".join(f"{1e3 * s:.1f}" for s in best))
-        return best
+    def verify_times(self, prompt: list[int]) -> list[float]:
+        """Seconds to verify 1..bs nodes after the prompt (startup.Probe)."""
+        return self.target.verify_times(prompt, self.cfg.verify_size)
 
     def generate(
         self,
@@ -153,14 +115,14 @@ class SerialEngine:
         t_verify = time.perf_counter()
         acc = self.target.verify(sub.tokens, sub.parents, logits, params, rng)
         emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
-        promised = float(self.drafter.tree.weights[sub.nodes].exp().sum()) - 1  # the root's 1 is no draft
+        promise = promised(self.drafter.tree.weights, sub.nodes)
         self.target.commit(acc.path[: len(emitted)])
         t2 = time.perf_counter()
         self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         t3 = time.perf_counter()
         nodes = sub.tokens.shape[0]
         _record(timelines, RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), nodes)
-        costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promised))
+        costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promise))
         stats.draft_s += (t1 - t0) + (t3 - t2)
         stats.verify_s += t2 - t1
         stats.rounds += 1

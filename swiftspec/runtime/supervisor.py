@@ -28,9 +28,9 @@ PREFILL_FACTOR = 10.0  # ... and this many times the profiled prefill time per p
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """How long the front end waits on its workers before it declares them hung."""
+    """How long the front end waits on its workers, in a request, before it declares them hung
+    (start-up and restart: LOAD_S, or the link's timeout for a linked draft host)."""
 
-    load_s: float = LOAD_S  # start-up and restart
     round_s: float = LOAD_S  # one decode round (generous until profiled)
     prefill_token_s: float = 0.0  # a request's first round gets this much more per prompt token
 

@@ -37,6 +37,13 @@ class RoundTimes:
     promised: float = 0.0  # accepted tokens the verified nodes' path probabilities promised (their sum)
 
 
+def promised(weights: torch.Tensor, nodes: torch.Tensor) -> float:
+    """Draft tokens that verified nodes promise (RoundTimes.promised, for RoundCosts.trust): the sum
+    of the path probabilities of `nodes` [n] (indices into a tree whose log path probabilities are
+    `weights` [N]), less the root's 1: the root is no draft."""
+    return float(weights[nodes].exp().sum()) - 1
+
+
 def _ema(old: float, new: float) -> float:
     return (1 - COST_SMOOTHING) * old + COST_SMOOTHING * new
 

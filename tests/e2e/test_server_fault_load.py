@@ -43,7 +43,7 @@ async def one_request(client: openai.AsyncOpenAI, prompt: str) -> Outcome:
 
 def test_one_worker_kill_under_load_loses_no_request(tiny_qwen_dir: Path, tiny_draft_dir: Path) -> None:
     with tiny_async_engine(tiny_qwen_dir, tiny_draft_dir) as engine, LiveServer(engine, max_queue=64) as srv:
-        draft_pid = engine.pool.pids[engine.layout.draft_leader]
+        draft_pid = engine.workers.pool.pids[engine.layout.draft_leader]
 
         async def run() -> tuple[dict[str, Outcome], list[Outcome], float]:
             client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
@@ -65,7 +65,7 @@ def test_one_worker_kill_under_load_loses_no_request(tiny_qwen_dir: Path, tiny_d
             return expected, done, killed_at
 
         expected, outcomes, killed_at = asyncio.run(run())
-        assert engine.pool.pids[engine.layout.draft_leader] != draft_pid  # fresh workers took over
+        assert engine.workers.pool.pids[engine.layout.draft_leader] != draft_pid  # fresh workers took over
     assert len(outcomes) == CLIENTS * REQUESTS_EACH
     failed = [o for o in outcomes if o.error is not None]
     for o in outcomes:

@@ -47,7 +47,7 @@ def started_stream(client: openai.OpenAI, chunks: int) -> iter:
 
 def worker_pid(engine, role: str) -> int:
     """The draft leader, or the first target tensor-parallel follower (rank 1)."""
-    return engine.pool.pids[engine.layout.draft_leader if role == "draft" else 1]
+    return engine.workers.pool.pids[engine.layout.draft_leader if role == "draft" else 1]
 
 
 @dataclass
@@ -169,7 +169,7 @@ def kill_new_workers(engine, known: set[int], count: int) -> threading.Thread:
         killed = 0
         deadline = time.monotonic() + 120
         while killed < count and time.monotonic() < deadline:
-            for pid in set(engine.pool.pids.values()) - known:
+            for pid in set(engine.workers.pool.pids.values()) - known:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 known.add(pid)
@@ -189,7 +189,7 @@ def test_failed_restart_fails_each_waiting_request(tiny_qwen_dir: Path, tiny_dra
         queued = [StreamResult() for _ in range(2)]
         threads = [stream_in_thread(client, r) for r in queued]
         wait_until(lambda: srv.app.state.service.scheduler.waiting == 2)
-        killer = kill_new_workers(engine, set(engine.pool.pids.values()), count=1)  # the restart's worker
+        killer = kill_new_workers(engine, set(engine.workers.pool.pids.values()), count=1)  # the restart's worker
         os.kill(worker_pid(engine, "draft"), signal.SIGKILL)
         with pytest.raises(openai.APIError):
             for _ in running:

@@ -11,7 +11,7 @@ import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.spec import TreeDrafter
-from swiftspec.runtime.base import MAX_PROFILED_DEPTH, choose_depth, serial_depth
+from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, choose_depth, serial_depth
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.spec.costs import MAX_FLOOR, MIN_TRUST, RoundCosts, RoundTimes
 from swiftspec.tree import best_size

@@ -18,7 +18,7 @@ from swiftspec.runtime.auto.model import (
     predict_chain,
     predict_tree,
 )
-from swiftspec.runtime.base import MAX_PROFILED_DEPTH, deepest_depth, serial_depth
+from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, deepest_depth, serial_depth
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
