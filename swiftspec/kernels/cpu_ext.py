@@ -39,7 +39,7 @@ LEVELS = {"none": 0, "avx2": 1, "avx2-vnni": 2, "avx512": 3, "avx512-vnni": 4, "
 LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
 ISA_ENV = "SWIFTSPEC_ISA"
 STALE_LOCK_S = 900  # a build lock older than this belongs to a killed build
-OPS = ("quant_linear", "bf16_linear", "attention", "rowwise")
+OPS = ("quant_linear", "bf16_linear", "attention", "rowwise", "gguf_blocks")
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
 _state: dict[str, object] = {}  # "ext": the module (None after a failed build); "level", "paths"
@@ -212,6 +212,8 @@ def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = 
         kb = qw.kblocks
         y = ext.kquant_linear(x2, qw.qweight, kb.qh, kb.sc, kb.mm, qw.scale, qw.mins, bias,
                               4 if qw.fmt == "q4k" else 6, n, k, lvl)
+    elif qw.fmt == "q8_0":
+        y = ext.qblock_linear(x2, qw.qweight, _EMPTY, qw.scale, bias, 8, n, k, lvl)
     elif qw.fmt == "int4":
         y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, lvl)
     else:

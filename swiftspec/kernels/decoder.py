@@ -46,8 +46,11 @@ def _fusable(layer: LayerWeights, dtype: torch.dtype) -> bool:
 
 def _packed(ext, w: PackedWeight, bias: torch.Tensor | None):  # noqa: ANN001, ANN202 - extension types
     """PackedLinear(fmt: 0 bf16 / 1 int8 / 2 int4, qweight, scale, d, mn, bias, N, K, block), or
-    for the K-quants PackedLinear(3 q4k / 4 q6k, qweight, d, dm, bias, N, K, qh, sc, mm)."""
+    for the K-quants PackedLinear(3 q4k / 4 q6k, qweight, d, dm, bias, N, K, qh, sc, mm), for the
+    GGUF blocks PackedLinear(5 q8_0, qweight, d, -, bias, N, K, -, -, -)."""
     n, k = w.shape
+    if w.fmt == "q8_0":
+        return ext.PackedLinear(5, w.qweight, w.scale, _EMPTY, bias, n, k, _EMPTY, _EMPTY, _EMPTY)
     if w.fmt in ("q4k", "q6k"):
         kb = w.kblocks
         return ext.PackedLinear(3 if w.fmt == "q4k" else 4, w.qweight, w.scale, w.mins, bias, n, k, kb.qh, kb.sc, kb.mm)

@@ -37,7 +37,7 @@ BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group
 class PackedWeight:
     """A packed [N, K] weight (or a bf16 one wrapped as is); F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
 
-    fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q6k" (GGUF K-quants as stored, see kquant.py)
+    fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q6k" (GGUF K-quants, kquant.py) | "q8_0" (qblock.py)
     shape: tuple[int, int]  # logical (N, K)
     group_size: int  # int4: K-group of d/mn; int8: activation K-block
     qweight: torch.Tensor  # uint8, layout in the module docstring; bf16: the [N, K] weight
@@ -207,6 +207,10 @@ def dequantize(qw: PackedWeight) -> torch.Tensor:
         from swiftspec.kernels.kquant import dequantize_k  # kquant imports this module
 
         return dequantize_k(qw)
+    if qw.fmt == "q8_0":
+        from swiftspec.kernels.qblock import dequantize_q  # qblock imports this module
+
+        return dequantize_q(qw)
     t = qw.qweight.shape[0]
     if qw.fmt == "int8":
         q = qw.qweight.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float() - 128.0

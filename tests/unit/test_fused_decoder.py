@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
 from swiftspec.model import ModelArgs, Transformer
-from swiftspec.kernels import kquant
+from swiftspec.kernels import kquant, qblock
 from swiftspec.kernels.convert import is_linear
 from swiftspec.weights.tiny import random_kquant_blocks, random_weights
 from swiftspec.tree import mask_from_parents
@@ -50,9 +50,23 @@ def _model(args: ModelArgs, dtype: torch.dtype, weights: str) -> Transformer:
                 del mod.weight
                 mod.weight = kquant.from_gguf(parts, k)
         kernels.prepare_model_(model, "gguf")
+    elif weights == "gguf-blocks":
+        _gguf_blocks(model)
     else:
         kernels.prepare_model_(model, weights)
     return model
+
+
+def _gguf_blocks(model: Transformer) -> None:
+    """Every linear but the head as the GGUF blocks of its weights (gguf-py quantizes them)."""
+    quants = pytest.importorskip("gguf.quants")
+    for name, mod in model.named_modules():
+        if is_linear(mod) and name != "lm_head":
+            w, k = mod.weight.float().numpy(), mod.weight.shape[1]
+            raw = quants.quantize(w, quants.GGMLQuantizationType.Q8_0)
+            del mod.weight
+            mod.weight = qblock.from_gguf([kquant.RawPart(raw, "Q8_0")], k)
+    kernels.prepare_model_(model, "gguf")
 
 
 def _calls(model: Transformer, fused: bool) -> tuple[list[torch.Tensor], torch.nn.Module]:
@@ -78,7 +92,8 @@ def _calls(model: Transformer, fused: bool) -> tuple[list[torch.Tensor], torch.n
 CASES = [("qwen2", torch.bfloat16, "bf16", (4, 2, 16)), ("qwen2", torch.bfloat16, "int8", (6, 2, 32)),
          ("qwen2", torch.bfloat16, "int4", (4, 1, 64)), ("llama", torch.float32, "int8", (4, 2, 16)),
          ("llama", torch.float32, "int4", (2, 2, 48)), ("llama", torch.bfloat16, "int4", (6, 3, 32)),
-         ("qwen2", torch.bfloat16, "gguf", (4, 2, 64)), ("llama", torch.float32, "gguf", (2, 1, 128))]
+         ("qwen2", torch.bfloat16, "gguf", (4, 2, 64)), ("llama", torch.float32, "gguf", (2, 1, 128)),
+         ("qwen2", torch.bfloat16, "gguf-blocks", (3, 1, 32)), ("llama", torch.float32, "gguf-blocks", (2, 2, 48))]
 
 
 @pytest.mark.parametrize("arch,dtype,weights,heads", CASES)
