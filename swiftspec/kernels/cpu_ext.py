@@ -42,6 +42,7 @@ STALE_LOCK_S = 900  # a build lock older than this belongs to a killed build
 OPS = ("quant_linear", "bf16_linear", "attention", "rowwise", "gguf_blocks")
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
+_KQUANT_BITS = {"q4k": 4, "q5k": 5, "q6k": 6}
 _state: dict[str, object] = {}  # "ext": the module (None after a failed build); "level", "paths"
 
 
@@ -208,10 +209,10 @@ def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = 
     ext, lvl = _built(), _lvl(at_level)
     n, k = qw.shape
     x2 = _rows(x, k)
-    if qw.fmt in ("q4k", "q6k"):
+    if qw.fmt in _KQUANT_BITS:
         kb = qw.kblocks
         y = ext.kquant_linear(x2, qw.qweight, kb.qh, kb.sc, kb.mm, qw.scale, qw.mins, bias,
-                              4 if qw.fmt == "q4k" else 6, n, k, lvl)
+                              _KQUANT_BITS[qw.fmt], n, k, lvl)
     elif qw.fmt == "q8_0":
         y = ext.qblock_linear(x2, qw.qweight, _EMPTY, qw.scale, bias, 8, n, k, lvl)
     elif qw.fmt == "int4":

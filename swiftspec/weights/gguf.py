@@ -2,7 +2,7 @@
 
 Reading and dequantizing go through the `gguf` package (GGUFReader, its header parse sped up in
 gguf_reader.py, and gguf.quants.dequantize), so every quantization it knows (Q4_K, Q5_0, Q6_K, Q8_0,
-F16, BF16, F32, ...) is supported here; Q4_K and Q6_K, the bulk of a K-quant file, are dequantized
+F16, BF16, F32, ...) is supported here; Q4_K, Q5_K and Q6_K, the bulk of a K-quant file, are dequantized
 by kernels/kquant.py, and Q8_0 by kernels/qblock.py (the same values, faster).
 """
 

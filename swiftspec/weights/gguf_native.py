@@ -1,4 +1,4 @@
-"""`--weights gguf`: a GGUF's Q4_K / Q6_K (kernels/kquant.py) and Q8_0 (kernels/qblock.py) linear
+"""`--weights gguf`: a GGUF's Q4_K / Q5_K / Q6_K (kernels/kquant.py) and Q8_0 (kernels/qblock.py) linear
 weights packed as stored.
 
 The packed weights come straight from the file's blocks (a memmap), row chunk by row chunk: those

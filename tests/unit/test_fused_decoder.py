@@ -40,11 +40,11 @@ def _model(args: ModelArgs, dtype: torch.dtype, weights: str) -> Transformer:
     model.load_weights(random_weights(args, seed=3).items())
     if weights == "int4":
         kernels.quantize_model_(model, "int4", group_size=32)
-    elif weights == "gguf":  # random K-quant blocks where K % 256 == 0 (qkv mixed, as in a Q4_K_M file)
+    elif weights == "gguf":  # random K-quant blocks where K % 256 == 0 (qkv mixed, as in a Q4_K_M file; Q5_K gate_up)
         for name, mod in model.named_modules():
             if is_linear(mod) and mod.weight.shape[1] % 256 == 0 and name != "lm_head":
                 n, k = mod.weight.shape
-                types = ["Q4_K", "Q6_K"] if "qkv" in name else ["Q4_K"]
+                types = ["Q4_K", "Q6_K"] if "qkv" in name else ["Q5_K"] if "gate_up" in name else ["Q4_K"]
                 rows = [n - 32, 32] if "qkv" in name else [n]
                 parts = [kquant.RawPart(random_kquant_blocks(r, k, t, seed=r), t) for r, t in zip(rows, types)]
                 del mod.weight

@@ -61,6 +61,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
   register_decoder(m);
-  m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q6_K blocks)");
+  m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q5_K / Q6_K blocks)");
   m.def("qblock_linear", &swiftspec::qblock_linear, "GGUF block linear (Q8_0 blocks)");
 }
