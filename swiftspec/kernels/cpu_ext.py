@@ -43,6 +43,7 @@ OPS = ("quant_linear", "bf16_linear", "attention", "rowwise", "gguf_blocks")
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
 _KQUANT_BITS = {"q4k": 4, "q5k": 5, "q6k": 6}
+_QBLOCK_BITS = {"q8_0": 8, "q5_0": 5, "q4_0": 4}
 _state: dict[str, object] = {}  # "ext": the module (None after a failed build); "level", "paths"
 
 
@@ -213,8 +214,9 @@ def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = 
         kb = qw.kblocks
         y = ext.kquant_linear(x2, qw.qweight, kb.qh, kb.sc, kb.mm, qw.scale, qw.mins, bias,
                               _KQUANT_BITS[qw.fmt], n, k, lvl)
-    elif qw.fmt == "q8_0":
-        y = ext.qblock_linear(x2, qw.qweight, _EMPTY, qw.scale, bias, 8, n, k, lvl)
+    elif qw.fmt in _QBLOCK_BITS:
+        qh = qw.kblocks.qh if qw.fmt == "q5_0" else _EMPTY
+        y = ext.qblock_linear(x2, qw.qweight, qh, qw.scale, bias, _QBLOCK_BITS[qw.fmt], n, k, lvl)
     elif qw.fmt == "int4":
         y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, lvl)
     else:

@@ -162,23 +162,28 @@ class Packed:
     dm: torch.Tensor
 
 
+def tile_fields(v: torch.Tensor, width: int) -> torch.Tensor:
+    """Values v [T * 16, K] uint8 (< 2^width; width 4, 2 or 1) -> packed [T, K * width / 32, 16, 4]:
+    byte i of a channel in group g holds k = 32 g / width + 4 f + i in its bits [width f, width (f + 1)):
+    int4's nibbles (width 4), the 6-bit high pairs (2), the fifth bits (1)."""
+    nf = 8 // width
+    f = v.view(-1, TILE_N, v.shape[1] // (4 * nf), nf, 4)
+    return sum(f[:, :, :, j] << (width * j) for j in range(nf)).permute(0, 2, 1, 3)
+
+
+def untile_fields(b: torch.Tensor, width: int) -> torch.Tensor:
+    """Inverse of tile_fields: packed [T, G, 16, 4] uint8 -> the values [T * 16, K]."""
+    f = torch.stack([(b >> s) & ((1 << width) - 1) for s in range(0, 8, width)], dim=3)
+    return f.permute(0, 2, 1, 3, 4).reshape(b.shape[0] * TILE_N, -1)
+
+
 def _pack_chunk(dec: Decoded) -> Packed:
     """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
     tn = _tiles(dec.q.shape[0]) * TILE_N
     q, sc, mm = _pad_rows(dec.q, tn), _pad_rows(dec.sc, tn), _pad_rows(dec.mm, tn)
     d, dm = _pad_rows(dec.d, tn), _pad_rows(dec.dm, tn)
-    k = q.shape[1]
-    lo = (q & 15).view(-1, TILE_N, k // 8, 2, 4)  # k = 8 s + 4 h + i
-    nib = (lo[:, :, :, 0] | (lo[:, :, :, 1] << 4)).permute(0, 2, 1, 3)
-    if dec.bits == 6:
-        hi = (q >> 4).view(-1, TILE_N, k // 16, 4, 4)  # k = 16 u + 4 p + i -> bits 2p, 2p + 1
-        qh = (hi[:, :, :, 0] | (hi[:, :, :, 1] << 2) | (hi[:, :, :, 2] << 4) | (hi[:, :, :, 3] << 6))
-        qh = qh.permute(0, 2, 1, 3)
-    elif dec.bits == 5:
-        hi = (q >> 4).view(-1, TILE_N, k // 32, 8, 4)  # k = 32 u + 4 b + i -> bit b
-        qh = sum(hi[:, :, :, b] << b for b in range(8)).permute(0, 2, 1, 3)
-    else:
-        qh = torch.empty(0, dtype=torch.uint8)
+    nib = tile_fields(q & 15, 4)
+    qh = tile_fields(q >> 4, dec.bits - 4) if dec.bits != 4 else torch.empty(0, dtype=torch.uint8)
     sc_t, mm_t = (v.view(-1, TILE_N, v.shape[1] // 2, 2).permute(0, 2, 1, 3) for v in (sc, mm))
     d_t, dm_t = (v.view(-1, TILE_N, v.shape[1]).permute(0, 2, 1) for v in (d, dm))
     return Packed(nib, qh, sc_t, mm_t, d_t, dm_t)
@@ -228,14 +233,11 @@ def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
 
 def dequantize_k(qw: PackedWeight) -> torch.Tensor:
     """The fp32 [N, K] weight: (d * sc) * q + dm * mm, the file's values bit for bit."""
-    n, k = qw.shape
+    n = qw.shape[0]
     kb, t = qw.kblocks, qw.qweight.shape[0]
-    b = qw.qweight
-    q = torch.stack([b & 15, b >> 4], dim=3).permute(0, 2, 1, 3, 4).reshape(t * TILE_N, k)
-    if qw.fmt != "q4k":  # the high bits: 2 per k (q6k) or 1 (q5k), k in byte order (_pack_chunk)
-        step, mask = (2, 3) if qw.fmt == "q6k" else (1, 1)
-        hi = torch.stack([(kb.qh >> s) & mask for s in range(0, 8, step)], dim=3).permute(0, 2, 1, 3, 4)
-        q = q | (hi.reshape(t * TILE_N, k) << 4)
+    q = untile_fields(qw.qweight, 4)
+    if qw.fmt != "q4k":  # the high bits: 2 per k (q6k) or 1 (q5k)
+        q = q | (untile_fields(kb.qh, 2 if qw.fmt == "q6k" else 1) << 4)
     sub = 16 if qw.fmt == "q6k" else 32
     sc, mm = (v.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float().repeat_interleave(sub, 1) for v in (kb.sc, kb.mm))
     d, dm = (v.permute(0, 2, 1).reshape(t * TILE_N, -1).float().repeat_interleave(SUPER_K, 1)

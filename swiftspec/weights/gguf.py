@@ -3,7 +3,7 @@
 Reading and dequantizing go through the `gguf` package (GGUFReader, its header parse sped up in
 gguf_reader.py, and gguf.quants.dequantize), so every quantization it knows (Q4_K, Q5_0, Q6_K, Q8_0,
 F16, BF16, F32, ...) is supported here; Q4_K, Q5_K and Q6_K, the bulk of a K-quant file, are dequantized
-by kernels/kquant.py, and Q8_0 by kernels/qblock.py (the same values, faster).
+by kernels/kquant.py, and Q8_0 / Q5_0 / Q4_0 by kernels/qblock.py (the same values, faster).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class GGUFCheckpoint:
 
     def tensor(self, spec: TensorSpec, dtype: torch.dtype) -> torch.Tensor:
         """One tensor dequantized to dtype: gguf-py's fp32 values rounded once to dtype (K-quants
-        and Q8_0 are decoded here, by row chunks: several times faster, the same bits).  Its pages are
+        and Q8_0 / Q5_0 / Q4_0 are decoded here, by row chunks: several times faster, the same bits).  Its pages are
         released once read."""
         raw = self._tensors[spec.gguf_name]
         blocks = next((m for m in (kquant, qblock) if raw.tensor_type.name in m.TYPES), None)

@@ -1,12 +1,12 @@
-"""`--weights gguf`: a GGUF's Q4_K / Q5_K / Q6_K (kernels/kquant.py) and Q8_0 (kernels/qblock.py) linear
-weights packed as stored.
+"""`--weights gguf`: a GGUF's Q4_K / Q5_K / Q6_K (kernels/kquant.py) and Q8_0 / Q5_0 / Q4_0
+(kernels/qblock.py) linear weights packed as stored.
 
 The packed weights come straight from the file's blocks (a memmap), row chunk by row chunk: those
 linears are never dequantized, their bf16 parameters are left untouched (never resident) until
 the packed weight replaces them, and the blocks' pages leave the resident set once packed.  A
-fused linear (qkv, gate_up) is native when all its parts are of one family (K-quants, or Q8_0);
-linears of other types or of mixed families (and every linear of a tensor-parallel shard) stay
-dense here and get the int8 repack (kernels.prepare_model_).
+fused linear (qkv, gate_up) is native when all its parts are of one family (the K-quants, or
+Q8_0 / Q5_0 / Q4_0); linears of other types or of mixed families (and every linear of a
+tensor-parallel shard) stay dense here and get the int8 repack (kernels.prepare_model_).
 """
 
 from __future__ import annotations

@@ -58,14 +58,21 @@ def _model(args: ModelArgs, dtype: torch.dtype, weights: str) -> Transformer:
 
 
 def _gguf_blocks(model: Transformer) -> None:
-    """Every linear but the head as the GGUF blocks of its weights (gguf-py quantizes them)."""
+    """Every linear but the head as the GGUF blocks of its weights (gguf-py quantizes them): qkv
+    Q4_0 with Q8_0 rows (q8_0), o Q4_0, gate_up Q5_0, down Q8_0."""
     quants = pytest.importorskip("gguf.quants")
     for name, mod in model.named_modules():
         if is_linear(mod) and name != "lm_head":
             w, k = mod.weight.float().numpy(), mod.weight.shape[1]
-            raw = quants.quantize(w, quants.GGMLQuantizationType.Q8_0)
+            kind = name.rsplit(".", 1)[-1]
+            types = {"qkv_proj": ["Q4_0", "Q8_0"], "o_proj": ["Q4_0"], "gate_up_proj": ["Q5_0"]}.get(kind, ["Q8_0"])
+            rows = [len(w) - 32, 32] if len(types) == 2 else [len(w)]
+            parts, r0 = [], 0
+            for r, t in zip(rows, types):
+                parts.append(kquant.RawPart(quants.quantize(w[r0 : r0 + r], quants.GGMLQuantizationType[t]), t))
+                r0 += r
             del mod.weight
-            mod.weight = qblock.from_gguf([kquant.RawPart(raw, "Q8_0")], k)
+            mod.weight = qblock.from_gguf(parts, k)
     kernels.prepare_model_(model, "gguf")
 
 

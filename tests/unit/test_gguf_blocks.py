@@ -1,8 +1,8 @@
-"""GGUF block weights run as stored (kernels/qblock.py, csrc/qblock_*.cpp): Q8_0.
+"""GGUF block weights run as stored (kernels/qblock.py, csrc/qblock_*.cpp): Q8_0, Q5_0, Q4_0.
 
 - Packing is lossless: dequantize(packed) and dequantize_blocks equal gguf.quants.dequantize of the
   blocks bit for bit, edge values included (fp16 scales at their extremes, subnormal, zero and
-  negative; every byte of q, -128 included).
+  negative; every byte of q, Q8_0's -128 included), and so is a fused linear of mixed types.
 - The kernel equals quant_linear_a8_ref (the file's weights x the kernel's int8 activations per
   32 k) within fp32 rounding: |y - ref| <= 1e-5 * (|xd| @ |W|^T) (+ one bf16 ulp for bf16 out), at
   every M from 1 to 16 and at 40 rows (prefill-sized), for K not a multiple of 256 too.
@@ -47,8 +47,12 @@ CASES = {  # name: ([(rows, qtype)], K)
     "q8_0": ([(40, "Q8_0")], 512),
     "q8_0-k96": ([(21, "Q8_0")], 96),
     "q8_0-fused": ([(32, "Q8_0"), (16, "Q8_0"), (19, "Q8_0")], 160),
+    "q4_0": ([(33, "Q4_0")], 288),
+    "q5_0": ([(26, "Q5_0")], 224),
+    "fused-q4_0-q5_0": ([(16, "Q4_0"), (32, "Q5_0"), (7, "Q4_0")], 96),
+    "fused-q4_0-q8_0": ([(16, "Q4_0"), (11, "Q8_0")], 64),
 }
-FMT = {"Q8_0": "q8_0"}
+FMT = {"Q8_0": "q8_0", "Q5_0": "q5_0", "Q4_0": "q4_0"}
 
 
 def make(case: str, seed: int = 0) -> tuple[list[RawPart], int]:
@@ -60,7 +64,7 @@ def make(case: str, seed: int = 0) -> tuple[list[RawPart], int]:
 def test_packing_is_lossless(case):
     parts, k = make(case)
     qw = qblock.from_gguf(parts, k)
-    assert qw.fmt == FMT[parts[0].qtype]
+    assert qw.fmt == qblock.FMTS[max(qblock.BITS[p.qtype] for p in parts)]
     assert torch.equal(dequantize(qw), file_weights(parts, k))
 
 
@@ -75,7 +79,7 @@ def test_edge_values_and_dequantize_blocks(qtype, monkeypatch):
 
 
 def test_bytes_per_weight():
-    for qtype, bpw in (("Q8_0", 8.5),):
+    for qtype, bpw in (("Q8_0", 8.5), ("Q5_0", 5.5), ("Q4_0", 4.5)):
         qw = qblock.from_gguf([RawPart(random_blocks(qtype, 64, 1024), qtype)], 1024)
         assert qw.nbytes * 8 / (64 * 1024) == bpw
 

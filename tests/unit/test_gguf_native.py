@@ -1,4 +1,4 @@
-"""`--weights gguf` loading (weights/gguf_native.py): the file's Q4_K / Q5_K / Q6_K / Q8_0 linears are packed
+"""`--weights gguf` loading (weights/gguf_native.py): the file's K-quant and Q8_0 / Q5_0 / Q4_0 linears are packed
 from its blocks, fused in the model's row order (llama Q/K rows un-permuted), and their dequantized
 values are the file's, bit for bit; a forward runs through the K-quant kernels.  Such a load reads
 the file alone (no converted copy is written) and gives the tensors the converted path gives."""
@@ -27,10 +27,11 @@ def _fmt(qtype: str, parts: list[str]) -> str:
     """The packed format of a fused linear of these parts in a file written as qtype (write_gguf)."""
     if qtype in ("Q4_K", "Q5_K"):
         return "q6k" if {"v_proj", "down_proj"} & set(parts) else qtype[0].lower() + qtype[1] + "k"
-    return {"Q8_0": "q8_0"}[qtype]
+    return qtype.lower()
 
 
-@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_K"), ("llama", "Q4_K"), ("llama", "Q5_K"), ("qwen2", "Q8_0")])
+@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_K"), ("llama", "Q4_K"), ("llama", "Q5_K"), ("qwen2", "Q8_0"),
+                                        ("llama", "Q5_0"), ("qwen2", "Q4_0")])
 def test_gguf_linears_are_the_files_blocks(arch: str, qtype: str, tmp_path: Path, tmp_cache: Path) -> None:
     hf = make_tiny_checkpoint(tmp_path / "hf", arch=arch, hidden_size=256, num_layers=1, num_heads=4,
                               num_kv_heads=2, intermediate_size=512, tie_word_embeddings=False)

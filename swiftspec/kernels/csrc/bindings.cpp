@@ -62,5 +62,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
   register_decoder(m);
   m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q5_K / Q6_K blocks)");
-  m.def("qblock_linear", &swiftspec::qblock_linear, "GGUF block linear (Q8_0 blocks)");
+  m.def("qblock_linear", &swiftspec::qblock_linear, "GGUF block linear (Q8_0 / Q5_0 / Q4_0 blocks)");
 }

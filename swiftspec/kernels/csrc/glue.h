@@ -61,7 +61,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
                          const at::Tensor& mm, const at::Tensor& d, const at::Tensor& dm,
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level);
 
-// GGUF block linear (qblock_linear.cpp): Q8_0 blocks as stored (bits 8).
+// GGUF block linear (qblock_linear.cpp): Q8_0 / Q5_0 / Q4_0 blocks as stored (bits 8 / 5 / 4).
 at::Tensor qblock_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& d,
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level);
 

@@ -38,12 +38,6 @@ constexpr int kSubSteps = Bits == 6 ? 2 : 4;
 template <int Bits>
 constexpr int kWidenSteps = Bits == 4 ? 4 : Bits == 5 ? 2 : 1;
 
-// Bit b of each byte of h moved to bit 4 (0x10), the other bits 0: the fifth bit of a 5-bit q.
-inline __m256i bit_to_4(__m256i h, int b) {
-  const __m256i v = b <= 4 ? _mm256_slli_epi16(h, 4 - b) : _mm256_srli_epi16(h, b - 4);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
 // Half hh of the two u8 operands of global step s (see kquant.h for qh).
 template <int Bits>
 inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m256i& lo, __m256i& hi) {

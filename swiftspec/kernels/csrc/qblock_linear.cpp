@@ -40,7 +40,7 @@ void check(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* wh
 at::Tensor qblock_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& d,
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level) {
   check_level(level, "qblock_linear");
-  TORCH_CHECK(bits == 8, "qblock_linear: bits must be 8");
+  TORCH_CHECK(bits == 8 || bits == 5 || bits == 4, "qblock_linear: bits must be 8, 5 or 4");
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.size(1) == K && x.stride(1) == 1,
               "qblock_linear: x must be a row-major [M, K] CPU tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
