@@ -1,6 +1,6 @@
 // Torch glue of the K-quant linear (GGUF Q4_K / Q5_K / Q6_K super-blocks; kernels in kquant_avx512.cpp,
 // kquant_avxvnni.cpp and kquant_avx2.cpp): argument checks, activation quantization and the
-// thread split.  Its path at a level is quant_linear's.
+// thread split.  Its path at a level is quant_linear's (5-bit weights: qblock_linear's).
 #include "glue.h"
 #include "kquant.h"
 #include "parallel.h"
