@@ -55,7 +55,8 @@ class TreeConfig:
             raise ConfigError("tree budget must hold at least verify_size + width * topk nodes")
 
 
-# "gguf": a GGUF's Q4_K / Q6_K linears as stored (weights/gguf_native.py), the rest int8.
+# "gguf": a GGUF's Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 linears as stored (weights/gguf_native.py),
+# the rest int8.
 WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
 
 

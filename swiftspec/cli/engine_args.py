@@ -63,7 +63,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
                         help="default: cpu unless the CUDA path passed its start-up check here")
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
     parser.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
-                        help="target weight format (default: gguf for a GGUF on the CPU, its Q4_K/Q6_K linears "
+                        help="target weight format (default: gguf for a GGUF on the CPU, its Q4_K/Q5_K/Q6_K/Q8_0/Q5_0/Q4_0 linears "
                              "as stored and the rest int8; else bf16)")
     parser.add_argument("--draft-weights", choices=WEIGHT_FORMATS, default=None,
                         help="draft weight format (default: auto chooses; else on CPU int8 for a bf16 target "

@@ -60,7 +60,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | PackedWeight, bias: torch.Ten
     CPU has AVX-512 BF16 (oneDNN's native bf16 GEMM) and the C++ prefill GEMM below that level,
     where oneDNN would emulate bf16 (slow, and its rounding would depend on the row count); other
     devices and dtypes run F.linear.  An
-    int8/int4 (or GGUF q4k/q6k, see kquant.py) PackedWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
+    int8/int4 (or GGUF blocks as stored, see kquant.py and qblock.py) PackedWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
     is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
     otherwise (other devices or dtypes, or no compiler)."""
     if not isinstance(weight, PackedWeight):

@@ -21,6 +21,7 @@ OP_WORDS = {
     "bf16_linear": "bf16 linear (<= 16 rows)",
     "attention": "masked attention (<= 16 rows)",
     "rowwise": "RMSNorm, SwiGLU, RoPE + cache store",
+    "gguf_blocks": "GGUF Q8_0/Q5_0/Q4_0/Q5_K linear",
 }
 
 

@@ -39,9 +39,11 @@ LEVELS = {"none": 0, "avx2": 1, "avx2-vnni": 2, "avx512": 3, "avx512-vnni": 4, "
 LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
 ISA_ENV = "SWIFTSPEC_ISA"
 STALE_LOCK_S = 900  # a build lock older than this belongs to a killed build
-OPS = ("quant_linear", "bf16_linear", "attention", "rowwise")
+OPS = ("quant_linear", "bf16_linear", "attention", "rowwise", "gguf_blocks")
 
 _EMPTY = torch.empty(0)  # placeholder for the scale tensors a format does not use
+_KQUANT_BITS = {"q4k": 4, "q5k": 5, "q6k": 6}
+_QBLOCK_BITS = {"q8_0": 8, "q5_0": 5, "q4_0": 4}
 _state: dict[str, object] = {}  # "ext": the module (None after a failed build); "level", "paths"
 
 
@@ -208,10 +210,13 @@ def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = 
     ext, lvl = _built(), _lvl(at_level)
     n, k = qw.shape
     x2 = _rows(x, k)
-    if qw.fmt in ("q4k", "q6k"):
+    if qw.fmt in _KQUANT_BITS:
         kb = qw.kblocks
         y = ext.kquant_linear(x2, qw.qweight, kb.qh, kb.sc, kb.mm, qw.scale, qw.mins, bias,
-                              4 if qw.fmt == "q4k" else 6, n, k, lvl)
+                              _KQUANT_BITS[qw.fmt], n, k, lvl)
+    elif qw.fmt in _QBLOCK_BITS:
+        qh = qw.kblocks.qh if qw.fmt == "q5_0" else _EMPTY
+        y = ext.qblock_linear(x2, qw.qweight, qh, qw.scale, bias, _QBLOCK_BITS[qw.fmt], n, k, lvl)
     elif qw.fmt == "int4":
         y = ext.quant_linear(x2, qw.qweight, _EMPTY, qw.scale, qw.mins, bias, True, n, k, qw.group_size, lvl)
     else:

@@ -19,6 +19,8 @@ from swiftspec.kernels.quant import PackedWeight
 
 MAX_DECODER_ROWS = cpu_ext.MAX_SMALL_ROWS  # longer calls (prefill) run the unfused model
 _EMPTY = torch.empty(0)
+_KQUANT_CODES = {"q4k": 3, "q6k": 4, "q5k": 6}  # PackedLinear's fmt codes (csrc/decoder.h)
+_QBLOCK_CODES = {"q8_0": 5, "q5_0": 7, "q4_0": 8}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +48,15 @@ def _fusable(layer: LayerWeights, dtype: torch.dtype) -> bool:
 
 def _packed(ext, w: PackedWeight, bias: torch.Tensor | None):  # noqa: ANN001, ANN202 - extension types
     """PackedLinear(fmt: 0 bf16 / 1 int8 / 2 int4, qweight, scale, d, mn, bias, N, K, block), or
-    for the K-quants PackedLinear(3 q4k / 4 q6k, qweight, d, dm, bias, N, K, qh, sc, mm)."""
+    for the K-quants PackedLinear(3 q4k / 6 q5k / 4 q6k, qweight, d, dm, bias, N, K, qh, sc, mm), for the
+    GGUF blocks PackedLinear(5 q8_0 / 7 q5_0 / 8 q4_0, qweight, d, -, bias, N, K, qh (q5_0), -, -)."""
     n, k = w.shape
-    if w.fmt in ("q4k", "q6k"):
+    if w.fmt in _QBLOCK_CODES:
+        qh = w.kblocks.qh if w.fmt == "q5_0" else _EMPTY
+        return ext.PackedLinear(_QBLOCK_CODES[w.fmt], w.qweight, w.scale, _EMPTY, bias, n, k, qh, _EMPTY, _EMPTY)
+    if w.fmt in _KQUANT_CODES:
         kb = w.kblocks
-        return ext.PackedLinear(3 if w.fmt == "q4k" else 4, w.qweight, w.scale, w.mins, bias, n, k, kb.qh, kb.sc, kb.mm)
+        return ext.PackedLinear(_KQUANT_CODES[w.fmt], w.qweight, w.scale, w.mins, bias, n, k, kb.qh, kb.sc, kb.mm)
     if w.fmt == "int4":
         return ext.PackedLinear(2, w.qweight, _EMPTY, w.scale, w.mins, bias, n, k, w.group_size)
     if w.fmt == "int8":

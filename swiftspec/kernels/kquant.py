@@ -1,21 +1,23 @@
-"""GGUF K-quant weights run as stored: Q4_K and Q6_K super-blocks repacked (losslessly) for the
-C++ kernels in csrc/kquant_*.cpp, their dequantization and the kernel's torch reference.
+"""GGUF K-quant weights run as stored: Q4_K, Q5_K and Q6_K super-blocks repacked (losslessly) for
+the C++ kernels in csrc/kquant_*.cpp, their dequantization and the kernel's torch reference.
 
 A channel's super-block of 256 k is w[k] = d * sc[j] * q[k] + dm * mm[j] for k in sub-block j:
 - Q4_K ("q4k", 4 bits, 8 sub-blocks of 32): q in 0..15, sc and mm the 6-bit scale and min,
   d the block scale, dm = -dmin.
+- Q5_K ("q5k", 5 bits): Q4_K with q in 0..31.  A Q4_K tensor fused with a Q5_K one is held as 5 bits.
 - Q6_K ("q6k", 6 bits, 16 sub-blocks of 16): w = d * sc * (q - 32), i.e. q in 0..63, sc the int8
-  scale, dm = -32 d, mm = sc.  A Q4_K tensor fused with a Q6_K one (a qkv projection) is written
-  in this layout too: its sub-blocks split in two halves with equal sc and mm, its dm = -dmin.
+  scale, dm = -32 d, mm = sc.  A Q4_K or Q5_K tensor fused with a Q6_K one (a qkv projection) is
+  written in this layout too: its sub-blocks split in two halves with equal sc and mm, dm = -dmin.
 In fp32 these are the products gguf.quants.dequantize forms, exactly (d * sc has at most 18
 significant bits, times q at most 24), so ``dequantize`` returns the file's values bit for bit.
 
 Packed layout (T = ceil(N / 16) tiles of 16 channels, padded channels zero; see csrc/kquant.h):
 ``qweight`` the low 4 bits of q, uint8 [T, K/8, 16, 4] as int4's nibbles; ``kblocks.qh`` the high
-2 bits (6-bit only), uint8 [T, K/16, 16, 4]; ``kblocks.sc`` and ``kblocks.mm`` int8
+2 bits (6-bit), uint8 [T, K/16, 16, 4], or the fifth bit (5-bit), uint8 [T, K/32, 16, 4];
+``kblocks.sc`` and ``kblocks.mm`` int8
 [T, K/(2 sub), 16, 2] (sub-block pairs side by side; a pure Q6_K weight shares one tensor for
 both); ``scale`` (d) and ``mins`` (dm) fp16 [T, K/256, 16].  Bytes per weight: 4.625 (q4k), 6.625
-(q6k; 7.125 for a fused one holding Q4_K rows).
+(q6k; 7.125 for a fused one holding Q4_K or Q5_K rows), 5.625 (q5k).
 
 The kernel quantizes activations to int8 per 256 k (``quantize_act_ref(x, 256)``) and sums the
 integer products exactly; ``quant.quant_linear_a8_ref`` (group_size 256) is that math in torch.
@@ -31,8 +33,11 @@ import torch
 from swiftspec.kernels.quant import TILE_N, PackedWeight, _tiles, quantize_act_ref
 
 SUPER_K = 256
-TYPES = ("Q4_K", "Q6_K")  # the GGUF types held here
-Q4K_BYTES, Q6K_BYTES = 144, 210  # bytes per super-block in the file
+TYPES = ("Q4_K", "Q5_K", "Q6_K")  # the GGUF types held here
+Q4K_BYTES, Q5K_BYTES, Q6K_BYTES = 144, 176, 210  # bytes per super-block in the file
+BLOCK_BYTES = {"Q4_K": Q4K_BYTES, "Q5_K": Q5K_BYTES, "Q6_K": Q6K_BYTES}
+BITS = {"Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
+FMTS = {4: "q4k", 5: "q5k", 6: "q6k"}
 CHUNK_ROWS = 4096  # rows decoded at a time: bounds the temporaries
 
 
@@ -53,7 +58,7 @@ class KBlocks:
 @dataclass
 class Decoded:
     """Super-blocks of rows decoded to integers: q [rows, K] uint8, sc and mm [rows, K/sub] int8
-    (sub = 32 for 4 bits, 16 for 6), d and dm [rows, K/256] fp16."""
+    (sub = 32 for 4 and 5 bits, 16 for 6), d and dm [rows, K/256] fp16."""
 
     bits: int
     q: np.ndarray
@@ -63,19 +68,22 @@ class Decoded:
     dm: np.ndarray
 
 
-def decode_q4k(raw: np.ndarray, rows: int) -> Decoded:
-    """raw: a Q4_K tensor's bytes (rows x K/256 blocks of 144) -> its integers."""
-    blk = np.ascontiguousarray(raw).reshape(-1, Q4K_BYTES)
+def _decode_4or5(raw: np.ndarray, rows: int, bits: int) -> Decoded:
+    """raw: a Q4_K (blocks of 144 bytes) or Q5_K (176: the fifth bits before the nibbles) tensor's
+    bytes, rows x K/256 blocks -> its integers."""
+    blk = np.ascontiguousarray(raw).reshape(-1, Q4K_BYTES if bits == 4 else Q5K_BYTES)
     d, dmin = blk[:, 0:2].copy().view(np.float16), blk[:, 2:4].copy().view(np.float16)
     s = blk[:, 4:16].reshape(-1, 3, 4)
     a, b, c = s[:, 0], s[:, 1], s[:, 2]  # sub-blocks 0-3 low 6 bits, 4-7 split (gguf get_scale_min)
     sc = np.concatenate([a & 63, (c & 15) | ((a >> 2) & 48)], axis=1)
     mn = np.concatenate([b & 63, (c >> 4) | ((b >> 2) & 48)], axis=1)
-    qs = blk[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
-    q = (qs & 15).reshape(rows, -1)  # 64-k chunk c: sub-block 2c low nibbles, 2c + 1 high
+    qs = blk[:, -128:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    q = (qs & 15).reshape(-1, 8, 32)  # 64-k chunk c: sub-block 2c low nibbles, 2c + 1 high
+    if bits == 5:  # element l of sub-block j: bit j of qh[l]
+        q = q | (((blk[:, 16:48, None] >> np.arange(8, dtype=np.uint8)) & 1).transpose(0, 2, 1) << 4)
     dm = -dmin
-    return Decoded(4, q, sc.astype(np.int8).reshape(rows, -1), mn.astype(np.int8).reshape(rows, -1),
-                   d.reshape(rows, -1), dm.reshape(rows, -1))
+    return Decoded(bits, q.reshape(rows, -1), sc.astype(np.int8).reshape(rows, -1),
+                   mn.astype(np.int8).reshape(rows, -1), d.reshape(rows, -1), dm.reshape(rows, -1))
 
 
 def decode_q6k(raw: np.ndarray, rows: int) -> Decoded:
@@ -95,26 +103,29 @@ def decode_q6k(raw: np.ndarray, rows: int) -> Decoded:
                    dm.astype(np.float16).reshape(rows, -1))
 
 
-def widen(dec: Decoded) -> Decoded:
-    """A 4-bit decode in the 6-bit layout (sub-blocks of 16): same values, for fusing with Q6_K."""
-    if dec.bits == 6:
+def widen(dec: Decoded, bits: int) -> Decoded:
+    """A decode in the layout of `bits` >= its own (6: sub-blocks of 16): same values, for fusing
+    with a wider type."""
+    if dec.bits == bits:
         return dec
+    if bits == 5:
+        return Decoded(5, dec.q, dec.sc, dec.mm, dec.d, dec.dm)
     return Decoded(6, dec.q, dec.sc.repeat(2, axis=1), dec.mm.repeat(2, axis=1), dec.d, dec.dm)
 
 
 def decode(raw: np.ndarray, qtype: str, rows: int) -> Decoded:
-    """qtype "Q4_K" | "Q6_K"; raw holds `rows` rows of blocks."""
-    return decode_q4k(raw, rows) if qtype == "Q4_K" else decode_q6k(raw, rows)
+    """qtype one of TYPES; raw holds `rows` rows of blocks."""
+    return decode_q6k(raw, rows) if qtype == "Q6_K" else _decode_4or5(raw, rows, BITS[qtype])
 
 
 def dequantize_blocks(raw: np.ndarray, qtype: str, dtype: torch.dtype) -> torch.Tensor:
-    """raw: rows of Q4_K / Q6_K blocks [rows, K/256 * block bytes] -> the [rows, K] weight in dtype.
+    """raw: rows of K-quant blocks [rows, K/256 * block bytes] -> the [rows, K] weight in dtype.
 
     The fp32 values are gguf.quants.dequantize's, bit for bit (the same exact products and one
     rounding, module docstring), then rounded once to dtype.  Decoded CHUNK_ROWS rows at a time:
     no fp32 copy of the whole tensor is made."""
     rows = len(raw)
-    k = raw.shape[1] // (Q4K_BYTES if qtype == "Q4_K" else Q6K_BYTES) * SUPER_K
+    k = raw.shape[1] // BLOCK_BYTES[qtype] * SUPER_K
     out = torch.empty(rows, k, dtype=dtype)
     for r0 in range(0, rows, CHUNK_ROWS):
         dec = decode(raw[r0 : r0 + CHUNK_ROWS], qtype, min(CHUNK_ROWS, rows - r0))
@@ -151,20 +162,28 @@ class Packed:
     dm: torch.Tensor
 
 
+def tile_fields(v: torch.Tensor, width: int) -> torch.Tensor:
+    """Values v [T * 16, K] uint8 (< 2^width; width 4, 2 or 1) -> packed [T, K * width / 32, 16, 4]:
+    byte i of a channel in group g holds k = 32 g / width + 4 f + i in its bits [width f, width (f + 1)):
+    int4's nibbles (width 4), the 6-bit high pairs (2), the fifth bits (1)."""
+    nf = 8 // width
+    f = v.view(-1, TILE_N, v.shape[1] // (4 * nf), nf, 4)
+    return sum(f[:, :, :, j] << (width * j) for j in range(nf)).permute(0, 2, 1, 3)
+
+
+def untile_fields(b: torch.Tensor, width: int) -> torch.Tensor:
+    """Inverse of tile_fields: packed [T, G, 16, 4] uint8 -> the values [T * 16, K]."""
+    f = torch.stack([(b >> s) & ((1 << width) - 1) for s in range(0, 8, width)], dim=3)
+    return f.permute(0, 2, 1, 3, 4).reshape(b.shape[0] * TILE_N, -1)
+
+
 def _pack_chunk(dec: Decoded) -> Packed:
     """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
     tn = _tiles(dec.q.shape[0]) * TILE_N
     q, sc, mm = _pad_rows(dec.q, tn), _pad_rows(dec.sc, tn), _pad_rows(dec.mm, tn)
     d, dm = _pad_rows(dec.d, tn), _pad_rows(dec.dm, tn)
-    k = q.shape[1]
-    lo = (q & 15).view(-1, TILE_N, k // 8, 2, 4)  # k = 8 s + 4 h + i
-    nib = (lo[:, :, :, 0] | (lo[:, :, :, 1] << 4)).permute(0, 2, 1, 3)
-    if dec.bits == 6:
-        hi = (q >> 4).view(-1, TILE_N, k // 16, 4, 4)  # k = 16 u + 4 p + i -> bits 2p, 2p + 1
-        qh = (hi[:, :, :, 0] | (hi[:, :, :, 1] << 2) | (hi[:, :, :, 2] << 4) | (hi[:, :, :, 3] << 6))
-        qh = qh.permute(0, 2, 1, 3)
-    else:
-        qh = torch.empty(0, dtype=torch.uint8)
+    nib = tile_fields(q & 15, 4)
+    qh = tile_fields(q >> 4, dec.bits - 4) if dec.bits != 4 else torch.empty(0, dtype=torch.uint8)
     sc_t, mm_t = (v.view(-1, TILE_N, v.shape[1] // 2, 2).permute(0, 2, 1, 3) for v in (sc, mm))
     d_t, dm_t = (v.view(-1, TILE_N, v.shape[1]).permute(0, 2, 1) for v in (d, dm))
     return Packed(nib, qh, sc_t, mm_t, d_t, dm_t)
@@ -172,7 +191,7 @@ def _pack_chunk(dec: Decoded) -> Packed:
 
 def pack(parts: list[Decoded], shape: tuple[int, int]) -> PackedWeight:
     """Decoded row chunks (in row order, every chunk but the last a multiple of 16 rows; all of one
-    bits, see widen) -> a "q4k" / "q6k" PackedWeight of logical shape (N, K)."""
+    bits, see widen) -> a "q4k" / "q5k" / "q6k" PackedWeight of logical shape (N, K)."""
     bits = parts[0].bits
     if any(p.bits != bits for p in parts):
         raise ValueError("pack: chunks of mixed bits; widen the 4-bit ones first")
@@ -183,9 +202,8 @@ def pack(parts: list[Decoded], shape: tuple[int, int]) -> PackedWeight:
 
     sc = cat("sc")
     mm = sc if all(p.mm is p.sc for p in parts) else cat("mm")
-    qh = cat("qh") if bits == 6 else packed[0].qh
-    fmt = "q4k" if bits == 4 else "q6k"
-    return PackedWeight(fmt, shape, SUPER_K, cat("q"), cat("d"), cat("dm"), KBlocks(qh, sc, mm))
+    qh = cat("qh") if bits != 4 else packed[0].qh
+    return PackedWeight(FMTS[bits], shape, SUPER_K, cat("q"), cat("d"), cat("dm"), KBlocks(qh, sc, mm))
 
 
 @dataclass(frozen=True)
@@ -193,14 +211,14 @@ class RawPart:
     """Rows of a GGUF K-quant tensor: its raw bytes [rows, K/256 * block bytes] and type name."""
 
     raw: np.ndarray
-    qtype: str  # "Q4_K" | "Q6_K"
+    qtype: str  # a GGUF type name: one of TYPES here, of qblock.TYPES there
 
 
 def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
     """K-quant tensors stacked along N (a fused qkv / gate_up, or one tensor) -> PackedWeight of
-    shape (sum of rows, k).  All Q4_K: "q4k"; any Q6_K: "q6k" (the Q4_K parts widened).  Every
-    part but the last must have a multiple of 16 rows (tiles never straddle parts)."""
-    six = any(p.qtype == "Q6_K" for p in parts)
+    shape (sum of rows, k), in the format of the widest part ("q4k" < "q5k" < "q6k"; the others
+    widened).  Every part but the last must have a multiple of 16 rows (tiles never straddle parts)."""
+    bits = max(BITS[p.qtype] for p in parts)
     if any(len(p.raw) % TILE_N for p in parts[:-1]):
         raise ValueError("from_gguf: fused parts must have multiples of 16 rows")
     chunks = []
@@ -209,21 +227,18 @@ def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
         for r0 in range(0, len(rows), CHUNK_ROWS):
             chunk = rows[r0 : r0 + CHUNK_ROWS]
             dec = decode(chunk, part.qtype, len(chunk))
-            chunks.append(widen(dec) if six else dec)
+            chunks.append(widen(dec, bits))
     return pack(chunks, (sum(len(p.raw) for p in parts), k))
 
 
 def dequantize_k(qw: PackedWeight) -> torch.Tensor:
     """The fp32 [N, K] weight: (d * sc) * q + dm * mm, the file's values bit for bit."""
-    n, k = qw.shape
+    n = qw.shape[0]
     kb, t = qw.kblocks, qw.qweight.shape[0]
-    b = qw.qweight
-    q = torch.stack([b & 15, b >> 4], dim=3).permute(0, 2, 1, 3, 4).reshape(t * TILE_N, k)
-    if qw.fmt == "q6k":
-        h = kb.qh
-        hi = torch.stack([(h >> s) & 3 for s in (0, 2, 4, 6)], dim=3).permute(0, 2, 1, 3, 4)
-        q = q | (hi.reshape(t * TILE_N, k) << 4)
-    sub = 32 if qw.fmt == "q4k" else 16
+    q = untile_fields(qw.qweight, 4)
+    if qw.fmt != "q4k":  # the high bits: 2 per k (q6k) or 1 (q5k)
+        q = q | (untile_fields(kb.qh, 2 if qw.fmt == "q6k" else 1) << 4)
+    sub = 16 if qw.fmt == "q6k" else 32
     sc, mm = (v.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float().repeat_interleave(sub, 1) for v in (kb.sc, kb.mm))
     d, dm = (v.permute(0, 2, 1).reshape(t * TILE_N, -1).float().repeat_interleave(SUPER_K, 1)
              for v in (qw.scale, qw.mins))

@@ -37,13 +37,13 @@ BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group
 class PackedWeight:
     """A packed [N, K] weight (or a bf16 one wrapped as is); F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
 
-    fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q6k" (GGUF K-quants as stored, see kquant.py)
+    fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q5k" | "q6k" (GGUF K-quants, kquant.py) | "q8_0" | "q5_0" | "q4_0" (qblock.py)
     shape: tuple[int, int]  # logical (N, K)
     group_size: int  # int4: K-group of d/mn; int8: activation K-block
     qweight: torch.Tensor  # uint8, layout in the module docstring; bf16: the [N, K] weight
     scale: torch.Tensor  # int8: fp32 [T * 16]; int4: fp16 [T, K/G, 16]; bf16: empty
     mins: torch.Tensor | None = None  # int4: fp16 [T, K/G, 16]; int8: None
-    kblocks: object | None = None  # q4k/q6k: kquant.KBlocks (high bits, sub-block scales and mins)
+    kblocks: object | None = None  # K-quants: kquant.KBlocks (high bits, sub-block scales and mins); q5_0: qblock.HighBits
 
     @property
     def device(self) -> torch.device:
@@ -203,10 +203,14 @@ def dequantize(qw: PackedWeight) -> torch.Tensor:
     n, k = qw.shape
     if qw.fmt == "bf16":
         return qw.qweight.float()
-    if qw.fmt in ("q4k", "q6k"):
+    if qw.fmt in ("q4k", "q5k", "q6k"):
         from swiftspec.kernels.kquant import dequantize_k  # kquant imports this module
 
         return dequantize_k(qw)
+    if qw.fmt in ("q8_0", "q5_0", "q4_0"):
+        from swiftspec.kernels.qblock import dequantize_q  # qblock imports this module
+
+        return dequantize_q(qw)
     t = qw.qweight.shape[0]
     if qw.fmt == "int8":
         q = qw.qweight.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float() - 128.0

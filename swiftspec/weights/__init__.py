@@ -1,7 +1,7 @@
 """Model loading: a bundled name, a .gguf file, an HF directory or a hub id -> Transformer + Tokenizer.
 
-With `--weights gguf` a GGUF loads straight from the file: the linears it holds as Q4_K / Q6_K
-as stored (gguf_native.py), every other tensor dequantized from it, and only its tokenizer cached.
+With `--weights gguf` a GGUF loads straight from the file: the linears it holds as Q4_K / Q5_K /
+Q6_K / Q8_0 / Q5_0 / Q4_0 as stored (gguf_native.py), every other tensor dequantized from it, and only its tokenizer cached.
 For bf16, int8 and int4 (dense weights) a GGUF is converted once into the cache (see convert.py)
 and every load then reads an HF-style directory.  Bundled names are pulled on first use (see
 bundled.py), hub ids resolve through the Hugging Face hub cache (see hub.py).  The GGUF modules

@@ -2,8 +2,8 @@
 
 Reading and dequantizing go through the `gguf` package (GGUFReader, its header parse sped up in
 gguf_reader.py, and gguf.quants.dequantize), so every quantization it knows (Q4_K, Q5_0, Q6_K, Q8_0,
-F16, BF16, F32, ...) is supported here; Q4_K and Q6_K, the bulk of a K-quant file, are dequantized
-by kernels/kquant.py (the same values, faster).
+F16, BF16, F32, ...) is supported here; Q4_K, Q5_K and Q6_K, the bulk of a K-quant file, are dequantized
+by kernels/kquant.py, and Q8_0 / Q5_0 / Q4_0 by kernels/qblock.py (the same values, faster).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gguf.quants import dequantize
 
 from swiftspec.config import ConfigError
 from swiftspec.errors import UserError
-from swiftspec.kernels import kquant
+from swiftspec.kernels import kquant, qblock
 from swiftspec.model.args import SUPPORTED_ARCHS, ModelArgs, RopeScaling
 from swiftspec.weights.gguf_reader import FastReader
 
@@ -117,11 +117,12 @@ class GGUFCheckpoint:
 
     def tensor(self, spec: TensorSpec, dtype: torch.dtype) -> torch.Tensor:
         """One tensor dequantized to dtype: gguf-py's fp32 values rounded once to dtype (K-quants
-        are decoded here, by row chunks: several times faster, the same bits).  Its pages are
+        and Q8_0 / Q5_0 / Q4_0 are decoded here, by row chunks: several times faster, the same bits).  Its pages are
         released once read."""
         raw = self._tensors[spec.gguf_name]
-        if raw.tensor_type.name in kquant.TYPES and len(spec.shape) == 2:
-            out = kquant.dequantize_blocks(*self.raw(spec), dtype)
+        blocks = next((m for m in (kquant, qblock) if raw.tensor_type.name in m.TYPES), None)
+        if blocks is not None and len(spec.shape) == 2:
+            out = blocks.dequantize_blocks(*self.raw(spec), dtype)
         else:
             w = dequantize(raw.data, raw.tensor_type).reshape(spec.shape)
             w = np.ascontiguousarray(self._unpermute(spec.gguf_name, w))

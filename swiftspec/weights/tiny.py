@@ -190,9 +190,9 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
     """Export a tiny HF directory as a llama.cpp-style GGUF (Q/K rows permuted for llama).
 
     qtype names the type of the 2-D weights (F32, F16, Q8_0, Q5_0, ...); norms stay F32 as in
-    llama.cpp. The tokenizer is written as GGUF metadata, chat template included.  "Q4_K" (which
-    gguf-py cannot quantize to) writes random K-quant blocks instead of the weights, Q6_K for
-    v_proj and down_proj as in a Q4_K_M file (2-D weights need K % 256 == 0).
+    llama.cpp. The tokenizer is written as GGUF metadata, chat template included.  "Q4_K" and
+    "Q5_K" (which gguf-py cannot quantize to) write random K-quant blocks instead of the weights,
+    Q6_K for v_proj and down_proj as in a Q4_K_M / Q5_K_M file (2-D weights need K % 256 == 0).
     """
     import gguf
 
@@ -210,7 +210,7 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
             elif args.arch == "llama" and ".k_proj." in name:
                 data = llama_permute(data, args.num_kv_heads)
             tensor_type = kind if data.ndim == 2 else gguf.GGMLQuantizationType.F32
-            if tensor_type.name == "Q4_K":
+            if tensor_type.name in ("Q4_K", "Q5_K"):
                 mixed = ".v_proj." in name or ".down_proj." in name
                 tensor_type = gguf.GGMLQuantizationType.Q6_K if mixed else tensor_type
                 packed = random_kquant_blocks(*data.shape, tensor_type.name, seed=len(name))
@@ -271,14 +271,14 @@ def _write_tokenizer(tok: Tokenizer, path: Path, max_len: int) -> None:
 
 
 def random_kquant_blocks(n: int, k: int, qtype: str, seed: int = 0) -> np.ndarray:
-    """[n, k/256 * block bytes] random Q4_K / Q6_K blocks (every bit pattern of quants and
-    sub-block scales occurs) with sane fp16 block scales in [1e-4, 1.1e-3] (dmin too for Q4_K)."""
-    from swiftspec.kernels.kquant import Q4K_BYTES, Q6K_BYTES
+    """[n, k/256 * block bytes] random Q4_K / Q5_K / Q6_K blocks (every bit pattern of quants and
+    sub-block scales occurs) with sane fp16 block scales in [1e-4, 1.1e-3] (dmin too for Q4_K, Q5_K)."""
+    from swiftspec.kernels.kquant import BLOCK_BYTES
 
     rng = np.random.default_rng(seed)
-    b = rng.integers(0, 256, size=(n * k // 256, Q4K_BYTES if qtype == "Q4_K" else Q6K_BYTES), dtype=np.uint8)
+    b = rng.integers(0, 256, size=(n * k // 256, BLOCK_BYTES[qtype]), dtype=np.uint8)
     scales = (rng.random((len(b), 2)) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
-    if qtype == "Q4_K":
+    if qtype != "Q6_K":
         b[:, 0:4] = scales
     else:
         b[:, 208:210] = scales[:, :2]

@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
 from swiftspec.model import ModelArgs, Transformer
-from swiftspec.kernels import kquant
+from swiftspec.kernels import kquant, qblock
 from swiftspec.kernels.convert import is_linear
 from swiftspec.weights.tiny import random_kquant_blocks, random_weights
 from swiftspec.tree import mask_from_parents
@@ -40,19 +40,40 @@ def _model(args: ModelArgs, dtype: torch.dtype, weights: str) -> Transformer:
     model.load_weights(random_weights(args, seed=3).items())
     if weights == "int4":
         kernels.quantize_model_(model, "int4", group_size=32)
-    elif weights == "gguf":  # random K-quant blocks where K % 256 == 0 (qkv mixed, as in a Q4_K_M file)
+    elif weights == "gguf":  # random K-quant blocks where K % 256 == 0 (qkv mixed, as in a Q4_K_M file; Q5_K gate_up)
         for name, mod in model.named_modules():
             if is_linear(mod) and mod.weight.shape[1] % 256 == 0 and name != "lm_head":
                 n, k = mod.weight.shape
-                types = ["Q4_K", "Q6_K"] if "qkv" in name else ["Q4_K"]
+                types = ["Q4_K", "Q6_K"] if "qkv" in name else ["Q5_K"] if "gate_up" in name else ["Q4_K"]
                 rows = [n - 32, 32] if "qkv" in name else [n]
                 parts = [kquant.RawPart(random_kquant_blocks(r, k, t, seed=r), t) for r, t in zip(rows, types)]
                 del mod.weight
                 mod.weight = kquant.from_gguf(parts, k)
         kernels.prepare_model_(model, "gguf")
+    elif weights == "gguf-blocks":
+        _gguf_blocks(model)
     else:
         kernels.prepare_model_(model, weights)
     return model
+
+
+def _gguf_blocks(model: Transformer) -> None:
+    """Every linear but the head as the GGUF blocks of its weights (gguf-py quantizes them): qkv
+    Q4_0 with Q8_0 rows (q8_0), o Q4_0, gate_up Q5_0, down Q8_0."""
+    quants = pytest.importorskip("gguf.quants")
+    for name, mod in model.named_modules():
+        if is_linear(mod) and name != "lm_head":
+            w, k = mod.weight.float().numpy(), mod.weight.shape[1]
+            kind = name.rsplit(".", 1)[-1]
+            types = {"qkv_proj": ["Q4_0", "Q8_0"], "o_proj": ["Q4_0"], "gate_up_proj": ["Q5_0"]}.get(kind, ["Q8_0"])
+            rows = [len(w) - 32, 32] if len(types) == 2 else [len(w)]
+            parts, r0 = [], 0
+            for r, t in zip(rows, types):
+                parts.append(kquant.RawPart(quants.quantize(w[r0 : r0 + r], quants.GGMLQuantizationType[t]), t))
+                r0 += r
+            del mod.weight
+            mod.weight = qblock.from_gguf(parts, k)
+    kernels.prepare_model_(model, "gguf")
 
 
 def _calls(model: Transformer, fused: bool) -> tuple[list[torch.Tensor], torch.nn.Module]:
@@ -78,7 +99,8 @@ def _calls(model: Transformer, fused: bool) -> tuple[list[torch.Tensor], torch.n
 CASES = [("qwen2", torch.bfloat16, "bf16", (4, 2, 16)), ("qwen2", torch.bfloat16, "int8", (6, 2, 32)),
          ("qwen2", torch.bfloat16, "int4", (4, 1, 64)), ("llama", torch.float32, "int8", (4, 2, 16)),
          ("llama", torch.float32, "int4", (2, 2, 48)), ("llama", torch.bfloat16, "int4", (6, 3, 32)),
-         ("qwen2", torch.bfloat16, "gguf", (4, 2, 64)), ("llama", torch.float32, "gguf", (2, 1, 128))]
+         ("qwen2", torch.bfloat16, "gguf", (4, 2, 64)), ("llama", torch.float32, "gguf", (2, 1, 128)),
+         ("qwen2", torch.bfloat16, "gguf-blocks", (3, 1, 32)), ("llama", torch.float32, "gguf-blocks", (2, 2, 48))]
 
 
 @pytest.mark.parametrize("arch,dtype,weights,heads", CASES)

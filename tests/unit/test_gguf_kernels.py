@@ -1,7 +1,8 @@
-"""GGUF K-quant weights run as stored (kernels/kquant.py, csrc/kquant_*.cpp).
+"""GGUF K-quant weights (Q4_K, Q5_K, Q6_K) run as stored (kernels/kquant.py, csrc/kquant_*.cpp).
 
 - Packing is lossless: dequantize(packed) equals gguf.quants.dequantize of the blocks, bit for bit;
-  so does dequantize_blocks (the blocks straight to a dense tensor), rounded once to its dtype.
+  so does dequantize_blocks (the blocks straight to a dense tensor), rounded once to its dtype;
+  fp16 block scales at their extremes (Q4_K, Q5_K) too.
 - The kernel equals quant_linear_a8_ref (the file's weights x the kernel's int8 activations per
   256 k) within fp32 rounding: |y - ref| <= 1e-5 * (|xd| @ |W|^T) (+ one bf16 ulp for bf16 out).
 - A row's result is the same bits at every M (row invariance), at every ISA level.
@@ -31,6 +32,9 @@ CASES = {  # name: ([(rows, qtype)], K)
     "q6k": ([(33, "Q6_K")], 768),
     "q4k-ragged": ([(21, "Q4_K")], 256),
     "fused-mixed": ([(32, "Q4_K"), (16, "Q4_K"), (19, "Q6_K")], 512),
+    "q5k": ([(35, "Q5_K")], 768),
+    "fused-q4k-q5k": ([(32, "Q4_K"), (23, "Q5_K")], 256),
+    "fused-q5k-q6k": ([(16, "Q5_K"), (32, "Q4_K"), (9, "Q6_K")], 512),
 }
 
 
@@ -43,11 +47,11 @@ def make(case: str, seed: int = 0) -> tuple[list[kquant.RawPart], int]:
 def test_packing_is_lossless(case):
     parts, k = make(case)
     qw = kquant.from_gguf(parts, k)
-    assert qw.fmt == ("q6k" if any(p.qtype == "Q6_K" for p in parts) else "q4k")
+    assert qw.fmt == kquant.FMTS[max(kquant.BITS[p.qtype] for p in parts)]
     assert torch.equal(dequantize(qw), file_weights(parts, k))
 
 
-@pytest.mark.parametrize("qtype,rows,k", [("Q4_K", 37, 512), ("Q6_K", 21, 768)])
+@pytest.mark.parametrize("qtype,rows,k", [("Q4_K", 37, 512), ("Q5_K", 29, 512), ("Q6_K", 21, 768)])
 def test_dequantize_blocks_is_gguf_pys(qtype, rows, k, monkeypatch):
     monkeypatch.setattr(kquant, "CHUNK_ROWS", 16)  # several chunks, the last one short
     part = kquant.RawPart(random_blocks(rows, k, qtype, seed=rows), qtype)
@@ -56,8 +60,21 @@ def test_dequantize_blocks_is_gguf_pys(qtype, rows, k, monkeypatch):
     assert torch.equal(kquant.dequantize_blocks(part.raw, qtype, torch.bfloat16), want.bfloat16())
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K"])
+def test_edge_scales_are_exact(qtype):
+    """d and dmin at fp16's extremes (largest, smallest subnormal, zero, negative) stay exact."""
+    raw = random_blocks(24, 512, qtype, seed=9)
+    edges = np.array([65504.0, -65504.0, 2.0**-24, -(2.0**-24), 2.0**-14, 0.0, -0.0, 1.0], dtype=np.float16)
+    blk = raw.reshape(-1, kquant.BLOCK_BYTES[qtype])
+    blk[:, 0:4] = np.stack([np.resize(edges, len(blk)), np.resize(edges[::-1], len(blk))], 1).view(np.uint8)
+    part = kquant.RawPart(raw, qtype)
+    want = file_weights([part], 512)
+    assert torch.equal(dequantize(kquant.from_gguf([part], 512)), want)
+    assert torch.equal(kquant.dequantize_blocks(raw, qtype, torch.float32), want)
+
+
 def test_bytes_per_weight():
-    for qtype, bpw in (("Q4_K", 4.625), ("Q6_K", 6.625)):
+    for qtype, bpw in (("Q4_K", 4.625), ("Q5_K", 5.625), ("Q6_K", 6.625)):
         qw = kquant.from_gguf([kquant.RawPart(random_blocks(64, 1024, qtype), qtype)], 1024)
         assert qw.nbytes * 8 / (64 * 1024) == bpw
 
@@ -96,11 +113,12 @@ def test_kernel_matches_reference_every_m(ext, isa_level, case, dtype):
 
 def test_levels_agree_bitwise(ext):
     """Same integer sums and fp32 operations on every path: the same bits at every level."""
-    parts, k = make("fused-mixed", seed=5)
-    qw = kquant.from_gguf(parts, k)
-    x = torch.randn(7, k)
-    outs = [cpu_ext.quant_linear(x, qw, at_level=lv) for lv in cpu_ext.supported_levels()]
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    for case in ("fused-mixed", "q5k"):
+        parts, k = make(case, seed=5)
+        qw = kquant.from_gguf(parts, k)
+        x = torch.randn(7, k)
+        outs = [cpu_ext.quant_linear(x, qw, at_level=lv) for lv in cpu_ext.supported_levels()]
+        assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
 def test_large_m_and_strided_rows(ext):

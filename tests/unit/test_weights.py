@@ -169,13 +169,14 @@ def test_tokenizer_cache_hit_and_invalidation(tiny_qwen_dir: Path, tmp_path: Pat
     assert convert.tokenizer_dir(gguf, cache) != out
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_K"), ("llama", "Q4_K"), ("llama", "Q8_0")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gguf_tensors_are_gguf_pys_values(arch: str, dtype: torch.dtype, tmp_path: Path) -> None:
-    """K-quants dequantized by kquant equal gguf-py's values (llama Q/K rows un-permuted) cast to dtype;
+def test_gguf_tensors_are_gguf_pys_values(arch: str, qtype: str, dtype: torch.dtype, tmp_path: Path) -> None:
+    """K-quants and GGUF blocks dequantized by kquant / qblock equal gguf-py's values (llama Q/K rows
+    un-permuted) cast to dtype;
     reading a tensor again after its pages were released gives it again."""
     hf = make_tiny_checkpoint(tmp_path / "hf", arch=arch, hidden_size=256, num_layers=1, intermediate_size=512)
-    ckpt = GGUFCheckpoint(write_gguf(hf, tmp_path / "m.gguf", "Q4_K"))
+    ckpt = GGUFCheckpoint(write_gguf(hf, tmp_path / "m.gguf", qtype))
     got = dict(ckpt.tensors(dtype, skip=frozenset({"model.norm.weight"})))
     assert set(got) == {s.hf_name for s in ckpt.specs} - {"model.norm.weight"}
     n_heads = {".q_proj.": ckpt.args.num_heads, ".k_proj.": ckpt.args.num_kv_heads}

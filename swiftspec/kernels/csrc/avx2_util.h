@@ -24,6 +24,13 @@ inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
+// Bit b of each byte of h moved to bit 4 (0x10), the other bits 0: the fifth bit of a 5-bit
+// quant (GGUF Q5_K, Q5_0), stored as a bit plane.
+inline __m256i bit_to_4(__m256i h, int b) {
+  const __m256i v = b <= 4 ? _mm256_slli_epi16(h, 4 - b) : _mm256_srli_epi16(h, b - 4);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
 // Tiles [t0, t1), each in row passes of P rows over rows [0, M) (the last pass shorter):
 // pass(rows, t, r0) with rows a std::integral_constant<int, R>, so each pass size is its own
 // compile-time instance.  A tile stays in L1/L2 between its passes: it is read from DRAM once.

@@ -13,7 +13,8 @@ std::map<std::string, int64_t> kernel_paths(int64_t level) {
   return {{"quant_linear", quant_linear_path(level)},
           {"bf16_linear", bf16_linear_path(level)},
           {"attention", attention_path(level)},
-          {"rowwise", rowwise_path(level)}};
+          {"rowwise", rowwise_path(level)},
+          {"gguf_blocks", qblock_linear_path(level)}};
 }
 
 // torch sets a thread's intra-op count at its first parallel call from each library (a thread_local
@@ -60,5 +61,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
   register_decoder(m);
-  m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q6_K blocks)");
+  m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q5_K / Q6_K blocks)");
+  m.def("qblock_linear", &swiftspec::qblock_linear, "GGUF block linear (Q8_0 / Q5_0 / Q4_0 blocks)");
 }

@@ -8,11 +8,12 @@ namespace swiftspec {
 
 // One linear layer in the packed formats of swiftspec/kernels/quant.py.
 struct PackedLinear {
-  int64_t fmt;  // 0: bf16 (q is the [N, K] weight), 1: int8, 2: int4, 3: q4k, 4: q6k
+  int64_t fmt;  // 0: bf16 (q is the [N, K] weight), 1: int8, 2: int4, 3: q4k, 4: q6k, 5: q8_0, 6: q5k,
+                // 7: q5_0, 8: q4_0
   at::Tensor q, scale, d, mn;
   c10::optional<at::Tensor> bias;
   int64_t N, K, blk;
-  at::Tensor qh, sc, mm;  // q4k / q6k only (d, mn: the block scales d and dm)
+  at::Tensor qh, sc, mm;  // K-quants only (d, mn: the block scales d and dm); GGUF blocks: d, and qh for q5_0
 
   at::Tensor operator()(const at::Tensor& x, int64_t level) const;  // x [T, K] -> [T, N]
 };

@@ -14,9 +14,13 @@
 namespace swiftspec {
 
 at::Tensor PackedLinear::operator()(const at::Tensor& x, int64_t level) const {
-  if (fmt == 0) return bf16_linear(x, q, bias, level);
-  if (fmt >= 3) return kquant_linear(x, q, qh, sc, mm, d, mn, bias, fmt == 3 ? 4 : 6, N, K, level);
-  return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, level);
+  switch (fmt) {
+    case 0: return bf16_linear(x, q, bias, level);
+    case 3: case 4: case 6:
+      return kquant_linear(x, q, qh, sc, mm, d, mn, bias, fmt == 3 ? 4 : fmt == 4 ? 6 : 5, N, K, level);
+    case 5: case 7: case 8: return qblock_linear(x, q, qh, d, bias, fmt == 5 ? 8 : fmt == 7 ? 5 : 4, N, K, level);
+    default: return quant_linear(x, q, scale, d, mn, bias, fmt == 2, N, K, blk, level);
+  }
 }
 
 CpuDecoder::CpuDecoder(std::vector<Layer> layers, at::Tensor final_norm, double eps, int64_t heads,

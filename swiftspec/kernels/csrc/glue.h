@@ -37,6 +37,7 @@ int64_t quant_linear_path(int64_t level);
 int64_t bf16_linear_path(int64_t level);
 int64_t attention_path(int64_t level);
 int64_t rowwise_path(int64_t level);
+int64_t qblock_linear_path(int64_t level);  // also the K-quant linear's path for 5-bit weights
 
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& d,
                         const at::Tensor& mn, const c10::optional<at::Tensor>& bias, bool int4, int64_t N, int64_t K,
@@ -55,9 +56,13 @@ void rms_norm_rows(const RowArgs& a, const void* weight, float eps, int64_t r0, 
 void add_rms_norm_rows(const AddNormArgs& a, int64_t r0, int64_t r1, int64_t level);
 void rope_store_rows(const RopeArgs& a, int64_t t0, int64_t t1, int64_t level);
 
-// K-quant linear (kquant_linear.cpp): GGUF Q4_K / Q6_K super-blocks as stored (bits 4 / 6).
+// K-quant linear (kquant_linear.cpp): GGUF Q4_K / Q5_K / Q6_K super-blocks as stored (bits 4 / 5 / 6).
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& sc,
                          const at::Tensor& mm, const at::Tensor& d, const at::Tensor& dm,
+                         const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level);
+
+// GGUF block linear (qblock_linear.cpp): Q8_0 / Q5_0 / Q4_0 blocks as stored (bits 8 / 5 / 4).
+at::Tensor qblock_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& d,
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level);
 
 }  // namespace swiftspec

@@ -6,6 +6,8 @@
 // vpmaddubsw saturates, so the 16-bit lanes are widened before they can overflow:
 // - 4-bit q (0..15): a pair sums to at most 2 * 15 * 127 = 3,810; a lane takes the 8 pairs of a
 //   32-k sub-block (4 steps x 2 operands, <= 30,480), widened once per sub-block.
+// - 5-bit q (0..31): a pair sums to at most 2 * 31 * 127 = 7,874; a lane takes two steps (4
+//   operands, <= 31,496), widened twice per 32-k sub-block.
 // - 6-bit q (0..63): a pair sums to at most 2 * 63 * 127 = 16,002; a lane takes one step's two
 //   operands (<= 32,004), widened every step.
 // The widening vpmaddwd multiplies by the sub-block scale (|sc| <= 128: |products| < 2^23).
@@ -13,7 +15,8 @@
 // compiler may not reassociate (the plain add's sums were regrouped into a tree that spilled to
 // the stack: ~1.4x the time at 8 rows).
 // V = true: vpdpbusd sums a sub-block straight into int32 lanes (no saturation), and vpmulld
-// applies its scale: the same exact integers.
+// applies its scale: the same exact integers.  5-bit weights run V = false at every level
+// (kquant_linear.cpp): the V = true instance could not be run on the host they were written on.
 // One 64-byte weight vector (16 channels x 4 bytes) is two ymm halves of 8 channels; a pass
 // unpacks each vector once for all its rows.
 #pragma once
@@ -29,6 +32,12 @@ namespace {
 
 constexpr int H = 2;  // ymm halves of a tile
 
+// 8-k steps per sub-block, and (V = false) steps a 16-bit lane takes before it is widened.
+template <int Bits>
+constexpr int kSubSteps = Bits == 6 ? 2 : 4;
+template <int Bits>
+constexpr int kWidenSteps = Bits == 4 ? 4 : Bits == 5 ? 2 : 1;
+
 // Half hh of the two u8 operands of global step s (see kquant.h for qh).
 template <int Bits>
 inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m256i& lo, __m256i& hi) {
@@ -36,6 +45,11 @@ inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m25
   const __m256i v = _mm256_loadu_si256((const __m256i*)(q + s * 64 + 32 * hh));
   lo = _mm256_and_si256(v, low4);
   hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  if constexpr (Bits == 5) {
+    const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (s / 4) * 64 + 32 * hh));
+    lo = _mm256_or_si256(lo, bit_to_4(h, 2 * (s % 4)));
+    hi = _mm256_or_si256(hi, bit_to_4(h, 2 * (s % 4) + 1));
+  }
   if constexpr (Bits == 6) {
     const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (s / 2) * 64 + 32 * hh));
     const __m256i hl = s % 2 ? h : _mm256_slli_epi16(h, 4);
@@ -50,7 +64,7 @@ inline void unpack(const uint8_t* q, const uint8_t* qh, int64_t s, int hh, __m25
 // step; V = true: vpdpbusd sums the sub-block in int32, then vpmulld applies sc.
 template <bool V, int Bits, int R>
 inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t r0, __m256i (&isum)[R][H]) {
-  constexpr int kSubSteps = Bits == 4 ? 4 : 2;
+  constexpr int kSteps = kSubSteps<Bits>;
   __m256i sc16[H], p16[R][H];  // V: p16 holds int32 sums
   for (int hh = 0; hh < H; ++hh) {  // the pair (sub & ~1, sub | 1) -> this sub-block's sc, twice
     const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(k.sc + (sub & ~1) * kTileN + 16 * hh)));
@@ -59,12 +73,13 @@ inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t 
   }
   for (int r = 0; r < R; ++r)
     for (int hh = 0; hh < H; ++hh) p16[r][hh] = _mm256_setzero_si256();
-  for (int s = 0; s < kSubSteps; ++s) {
-    const int64_t gs = sub * kSubSteps + s;
+  for (int s = 0; s < kSteps; ++s) {
+    const int64_t gs = sub * kSteps + s;
     __m256i lo[H], hi[H];
     for (int hh = 0; hh < H; ++hh) unpack<Bits>(k.q, k.qh, gs, hh, lo[hh], hi[hh]);
     _mm_prefetch(reinterpret_cast<const char*>(k.q + gs * 64 + kPrefetchBytes), _MM_HINT_T0);  // as on AVX-512
     if (Bits == 6 && gs % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(k.qh + gs * 32 + kPrefetchBytes), _MM_HINT_T0);
+    if (Bits == 5 && gs % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(k.qh + gs * 16 + kPrefetchBytes), _MM_HINT_T0);
     const int8_t* x = a.xq + r0 * a.K + gs * 8 * R;  // [k-group][R][4]
     for (int r = 0; r < R; ++r) {
       const __m256i x0 = bcast4(x + 4 * r), x1 = bcast4(x + 4 * (R + r));
@@ -77,7 +92,7 @@ inline void sub_block(const KAct& a, const KTile<Bits>& k, int64_t sub, int64_t 
         }
       }
     }
-    if (V ? s == kSubSteps - 1 : Bits == 6 || s == kSubSteps - 1) {
+    if (V ? s == kSteps - 1 : (s + 1) % kWidenSteps<Bits> == 0) {
       for (int r = 0; r < R; ++r)
         for (int hh = 0; hh < H; ++hh) {
           const __m256i scaled = V ? _mm256_mullo_epi32(p16[r][hh], _mm256_srai_epi32(sc16[hh], 16))
@@ -148,6 +163,9 @@ template <bool V, int P>
 void run_ktiles(const KAct& a, const KWeight& w, const OutSpec& o, int64_t t0, int64_t t1) {
   static_assert(kChunkRows % P == 0, "a chunk holds whole passes");
   for_row_chunks(o.M, t0, t1, [&](int64_t t, int64_t m0, int64_t rows) {
+    if constexpr (!V) {  // 5-bit weights: V = false only (see the top)
+      if (w.bits == 5) return ktile<V, 5, P>(a, w, o, t, m0, rows);
+    }
     w.bits == 4 ? ktile<V, 4, P>(a, w, o, t, m0, rows) : ktile<V, 6, P>(a, w, o, t, m0, rows);
   });
 }

@@ -1,6 +1,6 @@
-// Torch glue of the K-quant linear (GGUF Q4_K / Q6_K super-blocks; kernels in kquant_avx512.cpp,
+// Torch glue of the K-quant linear (GGUF Q4_K / Q5_K / Q6_K super-blocks; kernels in kquant_avx512.cpp,
 // kquant_avxvnni.cpp and kquant_avx2.cpp): argument checks, activation quantization and the
-// thread split.  Its path at a level is quant_linear's.
+// thread split.  Its path at a level is quant_linear's (5-bit weights: qblock_linear's).
 #include "glue.h"
 #include "kquant.h"
 #include "parallel.h"
@@ -62,12 +62,12 @@ void check(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* wh
 
 }  // namespace
 
-// y[M, N] = x[M, K] @ W^T (+ bias), W packed as in swiftspec/kernels/quant.py (fmt q4k / q6k).
+// y[M, N] = x[M, K] @ W^T (+ bias), W packed as in swiftspec/kernels/kquant.py (fmt q4k / q5k / q6k).
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& qh, const at::Tensor& sc,
                          const at::Tensor& mm, const at::Tensor& d, const at::Tensor& dm,
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level) {
   check_level(level, "kquant_linear");
-  TORCH_CHECK(bits == 4 || bits == 6, "kquant_linear: bits must be 4 or 6");
+  TORCH_CHECK(bits == 4 || bits == 5 || bits == 6, "kquant_linear: bits must be 4, 5 or 6");
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.size(1) == K && x.stride(1) == 1,
               "kquant_linear: x must be a row-major [M, K] CPU tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
@@ -76,7 +76,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   const int sub = ksub(static_cast<int>(bits));
   const int64_t T = (N + kTileN - 1) / kTileN, TN = T * kTileN;
   check(q, at::kByte, TN * K / 2, "q");
-  if (bits == 6) check(qh, at::kByte, TN * K / 4, "qh");
+  if (bits != 4) check(qh, at::kByte, TN * K / (bits == 6 ? 4 : 8), "qh");
   check(sc, at::kChar, TN * K / sub, "sc");
   check(mm, at::kChar, TN * K / sub, "mm");
   check(d, at::kHalf, TN * K / kSuperK, "d");
@@ -85,14 +85,15 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   if (x.size(0) == 0) return out;
   thread_local KScratch cached;
   KScratch fresh;
-  const KPath& path = kpath(quant_linear_path(level));
+  // 5-bit weights take the AVX2 path at every level, as the GGUF block linear does (glue.h).
+  const KPath& path = kpath(bits == 5 ? qblock_linear_path(level) : quant_linear_path(level));
   const KAct act = quantize(x, K, sub, path, x.size(0) <= kMaxSmallRows ? cached : fresh);
   at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->numel() == N, "kquant_linear: bias must have N elements");
     b32 = bias->to(at::kFloat).contiguous();
   }
-  const KWeight w{q.data_ptr<uint8_t>(), bits == 6 ? qh.data_ptr<uint8_t>() : nullptr, sc.data_ptr<int8_t>(),
+  const KWeight w{q.data_ptr<uint8_t>(), bits != 4 ? qh.data_ptr<uint8_t>() : nullptr, sc.data_ptr<int8_t>(),
                   mm.data_ptr<int8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr()),
                   reinterpret_cast<const uint16_t*>(dm.data_ptr()), static_cast<int>(bits)};
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,
