@@ -254,6 +254,13 @@ def _gguf_tokenizer(writer, hf_dir: Path) -> None:  # writer: gguf.GGUFWriter
     writer.add_chat_template(config["chat_template"])
 
 
+def add_tokenizer(path: Path, vocab_size: int, max_len: int = 512) -> Path:
+    """Write the tiny BPE tokenizer (build_tokenizer) into an HF directory, e.g. one that
+    transformers' save_pretrained wrote for a tiny random model of another family."""
+    _write_tokenizer(build_tokenizer(vocab_size), Path(path), max_len)
+    return Path(path)
+
+
 def _write_tokenizer(tok: Tokenizer, path: Path, max_len: int) -> None:
     tok.save(str(path / "tokenizer.json"))
     config = {
