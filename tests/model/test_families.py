@@ -8,6 +8,8 @@ sliding windows are shorter than the sequence, so windowed layers really drop ke
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import transformers
@@ -17,7 +19,7 @@ from swiftspec.weights import load_model
 from swiftspec.weights.tiny import add_tokenizer
 
 ATOL = 1e-4  # fp32, logits of O(1)
-VOCAB, PREFILL, DECODE_STEPS, WINDOW = 256, 10, 6, 5
+VOCAB, PREFILL, DECODE_STEPS, WINDOW = 512, 10, 6, 5  # the tiny BPE needs 512 for merges
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
               head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6, attn_implementation="eager")
 GEMMA = dict(COMMON, query_pre_attn_scalar=24, sliding_window=WINDOW, hidden_activation="gelu_pytorch_tanh")
@@ -39,10 +41,11 @@ FAMILIES = {
 FP32 = LoadConfig(dtype="float32", max_seq_len=64)
 
 
-def hf_family_model(family: str, seed: int = 0) -> torch.nn.Module:
-    """A transformers model of `family` with every parameter random (norms near their identity)."""
+def hf_family_model(family: str, seed: int = 0, overrides: dict | None = None) -> torch.nn.Module:
+    """A transformers model of `family` (config entries replaced by overrides) with every parameter
+    random (norms near their identity)."""
     config_prefix, model_prefix, raw = FAMILIES[family]
-    config = getattr(transformers, f"{config_prefix}Config")(**raw)
+    config = getattr(transformers, f"{config_prefix}Config")(**(raw | (overrides or {})))
     model_cls = getattr(transformers, f"{model_prefix}ForCausalLM")
     torch.manual_seed(seed)
     hf = model_cls(config).float().eval()
@@ -56,9 +59,9 @@ def hf_family_model(family: str, seed: int = 0) -> torch.nn.Module:
     return hf
 
 
-def save_family(family: str, path, seed: int = 0) -> torch.nn.Module:
+def save_family(family: str, path, seed: int = 0, overrides: dict | None = None) -> torch.nn.Module:
     """hf_family_model saved as an HF directory with the tiny tokenizer; returns the model."""
-    hf = hf_family_model(family, seed)
+    hf = hf_family_model(family, seed, overrides)
     hf.save_pretrained(path)
     add_tokenizer(path, VOCAB)
     return hf
@@ -123,3 +126,83 @@ def test_family_tree_branches_match_causal_paths(family):
     for n, path in enumerate(paths):
         expected = _hf_logits(hf, torch.cat((prefix, nodes[path])))[-1]
         assert (got[n] - expected).abs().max() < ATOL, f"{name}: tree node {n} (path {path})"
+
+
+@pytest.mark.parametrize("weights", ["bf16", "gguf"])  # through the conversion cache; straight from the file
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_gguf_round_trip_matches_transformers(name, weights, tmp_path, tmp_cache):
+    """The family exported as a llama.cpp-style F32 GGUF loads to the same logits."""
+    from swiftspec.weights.tiny import write_gguf
+
+    overrides = {"query_pre_attn_scalar": 16} if name.startswith("gemma") else {}  # what a GGUF implies
+    hf = save_family(name, tmp_path / "hf", overrides=overrides)
+    path = write_gguf(tmp_path / "hf", tmp_path / "m.gguf")
+    loaded = load_model(str(path), LoadConfig(dtype="float32", max_seq_len=64, weights=weights))
+    assert loaded.args == load_model(str(tmp_path / "hf"), FP32).args
+    torch.manual_seed(3)
+    tokens = torch.randint(0, VOCAB, (PREFILL,))
+    at = torch.arange(PREFILL)
+    ours = loaded.model
+    got = _forward(ours, ours.new_cache(64), tokens, at, at, torch.ones(PREFILL, PREFILL, dtype=torch.bool).tril())
+    assert (got - _hf_logits(hf, tokens)).abs().max() < ATOL, name
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_gemma3_tree_and_chain_greedy_equal_ar(tmp_path):
+    """Speculation is lossless on a family with q/k norms, two RoPEs and sliding layers: a window of
+    5 tokens is far shorter than prompt + output, so tree nodes see windows cut inside the prefix."""
+    import random
+
+    from swiftspec.config import TreeConfig
+    from swiftspec.runtime import chain_config
+    from swiftspec.runtime.autoregressive import AutoregressiveEngine
+    from swiftspec.runtime.serial import SerialEngine
+    from swiftspec.sampling import SamplingParams
+    from swiftspec.spec import TreeDrafter
+    from swiftspec.weights.tiny import make_perturbed_draft
+
+    save_family("gemma3", tmp_path / "target")
+    make_perturbed_draft(tmp_path / "target", tmp_path / "draft", noise=0.05)
+    config = LoadConfig(dtype="float32", max_seq_len=128)
+    target, draft = (load_model(str(tmp_path / d), config) for d in ("target", "draft"))
+    rng, accepted = random.Random(0), []
+    ar = AutoregressiveEngine(target, 128)
+    for i in range(6):
+        prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 12))]
+        want = [t for chunk in ar.generate(prompt, SamplingParams(), 24) for t in chunk]
+        cfg = TreeConfig(width=rng.randint(2, 4), topk=rng.randint(2, 4), verify_size=rng.randint(3, 8),
+                         depth=rng.randint(2, 4), budget=64)
+        for tree in (cfg, chain_config(cfg)):
+            generation = SerialEngine(target, TreeDrafter(draft.model, tree, 128), tree, 128).generate(
+                prompt, SamplingParams(), 24)
+            assert [t for chunk in generation for t in chunk] == want, (i, tree)
+            accepted.append(generation.stats.acceptance_length)
+    assert sum(accepted) / len(accepted) > 2  # the draft is right often enough for trees to matter
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_mistral_window_reaches_the_fused_cpu_decoder(tmp_path):
+    """Mistral slides in every layer, so its windowed mask goes to the fused C++ decoder too: bf16
+    decode steps past the window give the unfused model's bits, and differ from no window."""
+    from swiftspec import kernels
+    from swiftspec.kernels import cpu_ext
+
+    if not cpu_ext.available("bf16_linear"):
+        pytest.skip("no bf16 CPU kernels here")
+    save_family("mistral", tmp_path)
+    runs = {}
+    for fused, window in ((True, True), (False, True), (True, False)):
+        model = load_model(str(tmp_path), LoadConfig(dtype="bfloat16", max_seq_len=64)).model
+        if not window:
+            model.args = dataclasses.replace(model.args, sliding_window=None)
+        kernels.prepare_model_(model, "bf16")
+        model.fuse_cpu_layers = fused
+        cache, outs = model.new_cache(64), []
+        for pos in range(3 * WINDOW):
+            at = torch.tensor([pos])
+            outs.append(_forward(model, cache, torch.tensor([pos % VOCAB + 3]), at, at,
+                                 torch.ones(1, pos + 1, dtype=torch.bool)))
+        runs[fused, window] = torch.cat(outs)
+        assert (model._fused is not None) == fused
+    assert torch.equal(runs[True, True], runs[False, True])
+    assert not torch.equal(runs[True, True], runs[True, False])
