@@ -290,8 +290,10 @@ def _gguf_tokenizer(writer, hf_dir: Path) -> None:  # writer: gguf.GGUFWriter
 def add_tokenizer(path: Path, vocab_size: int, max_len: int = 512) -> Path:
     """Write the tiny BPE tokenizer (build_tokenizer) into an HF directory, e.g. one that
     transformers' save_pretrained wrote for a tiny random model of another family."""
-    _write_tokenizer(build_tokenizer(vocab_size), Path(path), max_len)
-    return Path(path)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    _write_tokenizer(build_tokenizer(vocab_size), path, max_len)
+    return path
 
 
 def _write_tokenizer(tok: Tokenizer, path: Path, max_len: int) -> None:
