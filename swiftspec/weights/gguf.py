@@ -91,7 +91,7 @@ class GGUFCheckpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._reader = _open_reader(path)
+        self._reader = open_reader(path)
         self._tensors = {t.name: t for t in self._reader.tensors}
         self.arch = str(self.meta("general.architecture"))
         if self.arch not in SUPPORTED_ARCHS:
@@ -275,7 +275,7 @@ def _hf_shape(t: ReaderTensor) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(t.shape.tolist()))
 
 
-def _open_reader(path: Path) -> FastReader:
+def open_reader(path: Path) -> FastReader:
     try:
         reader = FastReader(path)
     except _READ_ERRORS as e:
