@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from swiftspec.config import EngineConfig
+from swiftspec.config import NO_DRAFT, EngineConfig
+from swiftspec.exec.load import check_pair
 from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.groups import (
     Layout,
@@ -47,6 +48,7 @@ from swiftspec.spec import TreeVerifier
 from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 from swiftspec.tree import mask_from_parents
+from swiftspec.weights import load_tokenizer, model_args, resolve_source
 
 log = logging.getLogger(__name__)
 CAUSE_GRACE_S = 1.0  # after a failed message, how long a dying worker's exit may take to show
@@ -94,6 +96,8 @@ class AsyncEngine:
         try:
             self._launch()
             self.tokenizer = self.target.tokenizer
+            if joined is None and config.draft != NO_DRAFT:  # a draft host's tokenizer was checked at its handshake
+                self._check_draft()
             self.profile = StartupProfile(depth=config.tree.depth)  # no verify costs while profiling
             if not config.tree.depth:
                 self.profile = self._choose_depth()
@@ -102,6 +106,12 @@ class AsyncEngine:
         except BaseException:
             self.close()
             raise
+
+    def _check_draft(self) -> None:
+        """The draft the workers load must pair with the target (exec.load.check_pair); read from
+        its tokenizer and header alone."""
+        path = resolve_source(self.config.draft)
+        check_pair(self.tokenizer, load_tokenizer(path), self.target.args.vocab_size, model_args(path).vocab_size)
 
     def _launch(self) -> None:
         """Start the workers and join them. A failed message becomes an EngineFault that names its
