@@ -9,9 +9,8 @@ a second RoPE (Qwen3, Gemma) runs `_featured`, whose soft-capped scores are comp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn

@@ -76,6 +76,8 @@ def _attention_fields(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
         return fields
     if cfg.get("hidden_activation", cfg.get("hidden_act", "gelu_pytorch_tanh")) not in ("gelu_pytorch_tanh",):
         raise ConfigError(f"{arch}: unsupported activation {cfg.get('hidden_activation')!r}")
+    if cfg.get("use_bidirectional_attention"):  # EmbeddingGemma: an encoder, not a causal LM
+        raise ConfigError(f"{arch} with bidirectional attention (an embedding model) cannot generate")
     scalar = cfg.get("query_pre_attn_scalar")
     fields.update(
         gemma=True,

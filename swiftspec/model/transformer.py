@@ -16,8 +16,7 @@ from torch import nn
 from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.errors import UserError
-from swiftspec.model.args import ModelArgs
-from swiftspec.model.args import RopeScaling
+from swiftspec.model.args import ModelArgs, RopeScaling
 from swiftspec.model.attention import Attention, AttentionInputs, sliding_mask
 from swiftspec.model.layers import GeGLU, GemmaRMSNorm, RMSNorm, RotaryEmbedding, SwiGLU
 from swiftspec.parallel.linear import ParallelLMHead, VocabParallelEmbedding, default_weight_loader
