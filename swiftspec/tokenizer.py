@@ -83,6 +83,11 @@ class Tokenizer:
         plain.encode_special_tokens = True
         return plain
 
+    @functools.cached_property
+    def tokens(self) -> list[str | None]:
+        """The spelling of every id in [0, vocab_size) (None for an id the vocabulary skips)."""
+        return self._hf.convert_ids_to_tokens(list(range(self.vocab_size)))
+
     def added_token_id(self, content: str) -> int | None:
         """The id of the added (control) token spelled `content`, or None if the vocabulary has none."""
         return self._added.get(content)
@@ -136,6 +141,31 @@ class IncrementalDecoder:
         full = self._tokenizer.decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
         return full[len(done) :]
+
+
+def vocab_mismatch(target: list[str | None], draft: list[str | None], target_rows: int,
+                   draft_rows: int) -> str | None:
+    """Why a draft cannot propose tokens to a target (one line), or None when they pair.
+
+    target, draft: each tokenizer's spelling per id; *_rows: each model's LM-head (embedding) rows.
+    Every id both vocabularies hold must be spelled the same; neither vocabulary may hold ids the
+    other lacks (the draft must read every token the target emits, and the target must score every
+    token the draft proposes); rows past a vocabulary are padding and may differ in number, as long
+    as the draft has no row the target cannot score."""
+    common = min(len(target), len(draft))
+    first = next((i for i in range(common) if target[i] != draft[i]), None)
+    if first is not None:
+        return f"token {first} is {target[first]!r} in the target's vocabulary and {draft[first]!r} in the draft's"
+    if len(draft) > len(target):
+        return (f"the draft's vocabulary has {len(draft)} tokens, the target's {len(target)}: "
+                f"draft token {common} ({draft[common]!r}) is unknown to the target")
+    if len(target) > len(draft):
+        return (f"the target's vocabulary has {len(target)} tokens, the draft's {len(draft)}: "
+                f"target token {common} ({target[common]!r}) is unknown to the draft")
+    if draft_rows > target_rows:
+        return (f"the draft's LM head has {draft_rows} rows, the target's {target_rows}: "
+                "the draft could propose ids the target cannot score")
+    return None
 
 
 def _check_messages(messages: Any) -> None:

@@ -72,9 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="CPU features, the ISA level in use and the path of each kernel")
     info.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    models = sub.add_parser("models", help="the bundled default model pair")
-    models.add_argument("action", choices=("list", "pull"))
-    models.add_argument("names", nargs="*", help="models to pull (default: the default pair)")
+    models = sub.add_parser("models", help="the bundled default model pair; info: what a model file holds")
+    models.add_argument("action", choices=("list", "pull", "info"))
+    models.add_argument("names", nargs="*", help="models to pull (default: the default pair); info: GGUF files, "
+                                                 "HF directories or bundled names")
     return parser
 
 
@@ -132,8 +133,28 @@ def _models(args: argparse.Namespace) -> int:
         for row in bundled.list_models():
             print(row)
         return 0
+    if args.action == "info":
+        return _models_info(args.names)
     for name in args.names or bundled.DEFAULT_PAIR:
         print(bundled.pull(name))
+    return 0
+
+
+def _models_info(names: list[str]) -> int:
+    """`models info PATH...`: each model's family, size, tensor types and how it would run."""
+    from pathlib import Path
+
+    from swiftspec.weights import bundled
+    from swiftspec.weights.describe import describe
+
+    if not names:
+        raise UserError("models info needs a GGUF file, an HF directory or a bundled name")
+    for name in names:
+        spec = bundled.BUNDLED.get(name)
+        path = bundled.model_path(spec, bundled.cache_dir()) if spec else Path(name).expanduser()
+        if spec and not bundled.is_pulled(spec, bundled.cache_dir()):
+            raise UserError(f"{name} is not pulled yet (swiftspec models pull {name})")
+        print("\n".join(describe(path).lines()))
     return 0
 
 

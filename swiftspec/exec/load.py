@@ -14,10 +14,12 @@ from swiftspec.config import NO_DRAFT, ConfigError, EngineConfig, LoadConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.model.args import ModelArgs
 from swiftspec.parallel.state import ParallelState
+from swiftspec.tokenizer import vocab_mismatch
 from swiftspec.weights import DTYPES, load_model, model_args, resolve_source
 
 log = logging.getLogger("swiftspec")
 
+_PROBE = "def check(pair):\n    return 'ok'  # ünï\n"  # also catches a BOS one tokenizer adds and the other not
 KV_MEMORY_SHARE = 0.25  # the default context's KV caches take at most this share of the free memory
 CONTEXT_STEP = 256  # a context capped by memory is a multiple of this
 
@@ -98,8 +100,14 @@ def free_memory(device: str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_pair(target, draft) -> None:  # the Tokenizers of target and draft (swiftspec.tokenizer)
-    """Draft and target must share a tokenizer: the tree carries token ids between them."""
-    probe = "def check(pair):\n    return 'ok'  # ünï\n"
-    if target.encode(probe) != draft.encode(probe):
-        raise ConfigError("the draft model's tokenizer differs from the target's; pick a draft of the same family")
+def check_pair(target, draft, target_rows: int | None = None, draft_rows: int | None = None) -> None:
+    """Draft and target (swiftspec.tokenizer.Tokenizer each) must agree on every token the draft
+    can emit, since the tree carries token ids between them: the same spelling of each id
+    (tokenizer.vocab_mismatch, given each model's LM-head rows; padding rows may differ), and the
+    same split of a probe text.  ConfigError (one line) naming the first mismatch otherwise."""
+    problem = vocab_mismatch(target.tokens, draft.tokens, target_rows or target.vocab_size,
+                             draft_rows or draft.vocab_size)
+    if problem is None and target.encode(_PROBE) != draft.encode(_PROBE):
+        problem = f"they split {_PROBE!r} differently ({target.encode(_PROBE)} and {draft.encode(_PROBE)})"
+    if problem is not None:
+        raise ConfigError(f"draft and target do not pair: {problem}; pick a draft of the target's family")

@@ -1,4 +1,5 @@
-"""Architecture hyper-parameters of the Llama/Qwen2 family, read from HF config.json or GGUF metadata."""
+"""Architecture hyper-parameters of the supported families (Llama/Mistral, Qwen2/Qwen3, Gemma 2/3),
+read from HF config.json (model/hf_args.py) or GGUF metadata (weights/gguf.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from swiftspec.config import ConfigError
 
-SUPPORTED_ARCHS = ("llama", "qwen2")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 # Bytes per weight of our quantized formats (swiftspec.kernels.quant): int8 is one byte plus a
 # per-channel scale (negligible); int4 is half a byte plus an fp16 scale and min per 128-weight group.
 # gguf runs a Q4_K_M file's blocks as stored: Q4_K at 4.625 bits, Q6_K (the LM head, half of
@@ -18,20 +19,25 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RopeScaling:
-    """Llama-3 style frequency scaling ("llama3"); factor 1.0 means none."""
+    """RoPE frequency scaling as transformers computes it: "llama3" (Llama 3.1), "linear"
+    (positions divided by factor) or "yarn" (NTK-by-parts, with cos/sin scaled by attention_factor)."""
 
-    kind: str = "none"  # "none" | "llama3" | "linear"
+    kind: str = "none"  # "none" | "llama3" | "linear" | "yarn"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+    beta_fast: float = 32.0  # yarn: rotations bounding the extrapolated (kept) band
+    beta_slow: float = 1.0  # yarn: rotations bounding the interpolated (scaled) band
+    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by this
+    truncate: bool = True  # yarn: round the correction range to whole dimensions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelArgs:
     """Everything the decoder needs to know about one checkpoint's shape."""
 
-    arch: str  # "llama" | "qwen2"
+    arch: str  # one of SUPPORTED_ARCHS
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -46,12 +52,37 @@ class ModelArgs:
     o_bias: bool = False  # Llama's attention_bias also puts a bias on o_proj; Qwen2's does not
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 4096
+    qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm over each q and k head before RoPE
+    # Gemma 2/3 blocks: embeddings times sqrt(hidden), RMSNorm by (1 + w), norms before and after
+    # attention and the MLP, GeGLU with tanh-approximated gelu
+    gemma: bool = False
+    query_pre_attn_scalar: float | None = None  # attention scale is this ** -0.5 (None: head_dim)
+    attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
+    final_softcap: float | None = None  # Gemma 2: logits become cap * tanh(logits / cap)
+    sliding_window: int | None = None  # a sliding layer's query sees its last this-many tokens, itself included
+    sliding_layers: tuple[bool, ...] = ()  # which layers slide; () = every layer when sliding_window is set
+    local_rope_theta: float | None = None  # Gemma 3: RoPE base of the sliding layers (unscaled)
 
     def __post_init__(self) -> None:
         if self.arch not in SUPPORTED_ARCHS:
             raise ConfigError(f"unsupported architecture {self.arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError("num_heads must be a multiple of num_kv_heads")
+        if self.sliding_layers and len(self.sliding_layers) != self.num_layers:
+            raise ConfigError(f"{len(self.sliding_layers)} layer types for {self.num_layers} layers")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ConfigError(f"sliding_window must be positive, not {self.sliding_window}")
+
+    @property
+    def plain(self) -> bool:
+        """A Llama/Qwen2 block (what the fused C++ decoder and the Triton attention run): no
+        q/k norms, no Gemma block, the default attention scale, no soft-capping, one RoPE."""
+        return not (self.qk_norm or self.gemma or self.local_rope_theta is not None) and \
+            self.query_pre_attn_scalar is None and self.attn_softcap is None and self.final_softcap is None
+
+    def slides(self, layer: int) -> bool:
+        """Whether layer `layer` attends through the sliding window."""
+        return self.sliding_window is not None and (not self.sliding_layers or self.sliding_layers[layer])
 
     def linear_weights(self, head_rows: int | None = None) -> int:
         """Weights in every linear layer plus the LM head (head_rows of them; default: the whole
@@ -68,46 +99,7 @@ class ModelArgs:
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any]) -> "ModelArgs":
-        """Build from a transformers config.json dictionary."""
-        model_type = cfg.get("model_type", "")
-        arch = {"llama": "llama", "qwen2": "qwen2", "mistral": "llama"}.get(model_type)
-        if arch is None:
-            raise ConfigError(f"unsupported architecture {model_type!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
-        heads = cfg["num_attention_heads"]
-        hidden = cfg["hidden_size"]
-        # transformers >= 5 writes theta and scaling together under "rope_parameters"
-        rope = cfg.get("rope_parameters") or {}
-        return cls(
-            arch=arch,
-            vocab_size=cfg["vocab_size"],
-            hidden_size=hidden,
-            intermediate_size=cfg["intermediate_size"],
-            num_layers=cfg["num_hidden_layers"],
-            num_heads=heads,
-            num_kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or hidden // heads,
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-            rope_scaling=_rope_scaling(cfg.get("rope_scaling") or rope),
-            qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
-            o_bias=arch == "llama" and bool(cfg.get("attention_bias", False)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            max_position_embeddings=cfg.get("max_position_embeddings", 4096),
-        )
+        """Build from a transformers config.json dictionary (model/hf_args.py reads each family)."""
+        from swiftspec.model.hf_args import hf_fields
 
-
-def _rope_scaling(raw: dict[str, Any] | None) -> RopeScaling:
-    if not raw:
-        return RopeScaling()
-    kind = raw.get("rope_type") or raw.get("type") or "none"
-    if kind == "default":
-        return RopeScaling()
-    if kind not in ("llama3", "linear"):
-        raise ConfigError(f"unsupported rope scaling {kind!r}")
-    return RopeScaling(
-        kind=kind,
-        factor=float(raw.get("factor", 1.0)),
-        low_freq_factor=float(raw.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(raw.get("high_freq_factor", 4.0)),
-        original_max_position=int(raw.get("original_max_position_embeddings", 8192)),
-    )
+        return cls(**hf_fields(cfg))

@@ -1,4 +1,5 @@
-"""Building blocks of the Llama/Qwen2 decoder: RMSNorm, rotary embedding (with Llama-3/linear scaling), SwiGLU MLP."""
+"""Building blocks of the decoder: RMSNorm (and Gemma's 1 + w form), rotary embedding (with Llama-3,
+linear and YaRN scaling), the SwiGLU MLP and Gemma's GeGLU."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from swiftspec import kernels
@@ -28,11 +30,23 @@ class RMSNorm(nn.Module):
         return kernels.rms_norm(x, self.weight, self.eps)
 
 
+class GemmaRMSNorm(RMSNorm):
+    """Gemma's x / rms(x) * (1 + weight), all in float32 and rounded once at the end (its weight is
+    stored as in HF checkpoints: zero means identity)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., dim] -> [..., dim]."""
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
+        return (normed * (1.0 + self.weight.float())).to(x.dtype)
+
+
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
     """Inverse frequencies [head_dim / 2] float32, following HF's rope_init functions."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     if scaling.kind == "linear":
         return inv_freq / scaling.factor
+    if scaling.kind == "yarn":
+        return _yarn_inv_freq(head_dim, theta, scaling)
     if scaling.kind != "llama3":
         return inv_freq
     # Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
@@ -46,6 +60,26 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
     smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
     is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
     return torch.where(is_medium, smoothed, scaled)
+
+
+def _yarn_inv_freq(dim: int, theta: float, s: RopeScaling) -> torch.Tensor:
+    """YaRN (NTK-by-parts), as transformers' _compute_yarn_parameters: dimensions rotating more than
+    beta_fast times over the original context keep their frequency, those rotating fewer than
+    beta_slow times are divided by factor, a linear ramp in between."""
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction_dim(s.beta_fast), correction_dim(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # no singular ramp
+    pos_freqs = theta ** (torch.arange(0, dim, 2).float() / dim)  # [dim / 2]
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # [dim / 2]
+    keep = 1 - ramp  # share of the unscaled (extrapolated) frequency
+    return (1.0 / (s.factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +99,7 @@ class RotaryEmbedding:
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling, length: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
         self.inv_freq = rope_inv_freq(head_dim, theta, scaling).to(device)  # [head_dim / 2] float32
+        self.attention_factor = scaling.attention_factor if scaling.kind == "yarn" else 1.0
         self.dtype = dtype
         self.length = 0
         self.cos = self.sin = torch.empty(0)
@@ -77,7 +112,10 @@ class RotaryEmbedding:
         length = max(length, 2 * self.length)
         positions = torch.arange(length, dtype=torch.float32, device=self.inv_freq.device)  # [length]
         angles = torch.outer(positions, self.inv_freq)  # [length, head_dim / 2]
-        cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:  # YaRN scales cos and sin, in float32 (as HF does)
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        cos, sin = cos.to(self.dtype), sin.to(self.dtype)
         self.cos = torch.cat((cos, cos), dim=-1)  # [length, head_dim]
         self.sin = torch.cat((-sin, sin), dim=-1)  # [length, head_dim]
         self.length = length
@@ -111,3 +149,12 @@ class SwiGLU(nn.Module):
         """x [T, hidden] -> [T, hidden]."""
         proj = self.gate_up_proj  # on CPU: kernels.linear, then silu(gate) * up (kernels.swiglu_act)
         return self.down_proj(kernels.swiglu(x, proj.weight, proj.bias))  # [T, intermediate / tp] in between
+
+
+class GeGLU(SwiGLU):
+    """Gemma's MLP: down(gelu_tanh(gate(x)) * up(x)), gate and up packed as in SwiGLU."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]."""
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, intermediate / tp] each
+        return self.down_proj(F.gelu(gate, approximate="tanh") * up)

@@ -1,4 +1,6 @@
-"""The Llama 2/3/3.x and Qwen2/2.5 decoder (one file for the family) and its HF-checkpoint weight routing.
+"""The decoder of every supported family (Llama 2/3/3.x, Mistral, Qwen2/2.5/3, Gemma 2/3 text) and its
+HF-checkpoint weight routing.  Families differ by ModelArgs flags: Gemma's blocks are GemmaDecoderLayer,
+everything else about them is in Attention and the layers.
 
 Parameter names follow HF checkpoints after packing: q/k/v_proj become self_attn.qkv_proj and
 gate/up_proj become mlp.gate_up_proj; `load_weights` routes the separate HF tensors into them.
@@ -14,9 +16,9 @@ from torch import nn
 from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.errors import UserError
-from swiftspec.model.args import ModelArgs
-from swiftspec.model.attention import Attention, AttentionInputs
-from swiftspec.model.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from swiftspec.model.args import ModelArgs, RopeScaling
+from swiftspec.model.attention import Attention, AttentionInputs, sliding_mask
+from swiftspec.model.layers import GeGLU, GemmaRMSNorm, RMSNorm, RotaryEmbedding, SwiGLU
 from swiftspec.parallel.linear import ParallelLMHead, VocabParallelEmbedding, default_weight_loader
 from swiftspec.parallel.state import ParallelState
 
@@ -64,6 +66,29 @@ class DecoderLayer(nn.Module):
         return [self.self_attn.qkv_proj, self.self_attn.o_proj, self.mlp.gate_up_proj, self.mlp.down_proj]
 
 
+class GemmaDecoderLayer(nn.Module):
+    """Gemma 2/3 block: x + norm(attn(norm(x))), then x + norm(mlp(norm(x))); (1 + w) norms, GeGLU."""
+
+    def __init__(self, args: ModelArgs, layer_idx: int, parallel: ParallelState,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        h, eps = args.hidden_size, args.rms_norm_eps
+        self.input_layernorm = GemmaRMSNorm(h, eps, dtype, device)
+        self.self_attn = Attention(args, layer_idx, parallel, dtype, device)
+        self.post_attention_layernorm = GemmaRMSNorm(h, eps, dtype, device)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(h, eps, dtype, device)
+        self.mlp = GeGLU(h, args.intermediate_size, parallel, dtype, device)
+        self.post_feedforward_layernorm = GemmaRMSNorm(h, eps, dtype, device)
+
+    def forward(self, x: torch.Tensor, inputs: AttentionInputs, cache: KVCache) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]."""
+        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), inputs, cache))
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+    def linears(self) -> list[nn.Module]:
+        return [self.self_attn.qkv_proj, self.self_attn.o_proj, self.mlp.gate_up_proj, self.mlp.down_proj]
+
+
 class DecoderStack(nn.Module):
     """HF's `model.*`: token embedding, the decoder layers and the final norm."""
 
@@ -73,21 +98,28 @@ class DecoderStack(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(
             args.vocab_size, args.hidden_size, parallel=parallel, dtype=dtype, device=device
         )
-        self.layers = nn.ModuleList(
-            DecoderLayer(args, i, parallel, dtype, device) for i in range(args.num_layers)
-        )
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, dtype, device)
+        layer = GemmaDecoderLayer if args.gemma else DecoderLayer
+        self.layers = nn.ModuleList(layer(args, i, parallel, dtype, device) for i in range(args.num_layers))
+        self.norm = (GemmaRMSNorm if args.gemma else RMSNorm)(args.hidden_size, args.rms_norm_eps, dtype, device)
+        self.embed_scale = args.hidden_size**0.5 if args.gemma else None
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [T] int64 -> embeddings [T, hidden] (Gemma's times sqrt(hidden), rounded to the dtype first)."""
+        x = self.embed_tokens(tokens)
+        if self.embed_scale is None:
+            return x
+        return x * torch.tensor(self.embed_scale, dtype=x.dtype)
 
     def forward(self, tokens: torch.Tensor, inputs: AttentionInputs, cache: KVCache) -> torch.Tensor:
         """tokens [T] int64 -> normed hidden states [T, hidden]."""
-        x = self.embed_tokens(tokens)
+        x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x, inputs, cache)
         return self.norm(x)
 
 
 class Transformer(nn.Module):
-    """A Llama/Qwen2 decoder over an explicit KV cache: forward() -> hidden, logits() -> float32 logits."""
+    """A decoder over an explicit KV cache: forward() -> hidden, logits() -> float32 logits."""
 
     def __init__(self, args: ModelArgs, parallel: ParallelState = ParallelState(),
                  dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu") -> None:
@@ -107,6 +139,8 @@ class Transformer(nn.Module):
             args.head_dim, args.rope_theta, args.rope_scaling,
             min(args.max_position_embeddings, INITIAL_ROPE_LENGTH), dtype, device,
         )
+        self.local_rope = None if args.local_rope_theta is None else RotaryEmbedding(
+            args.head_dim, args.local_rope_theta, RopeScaling(), self.rope.length, dtype, device)
         self.fuse_cpu_layers = True  # run few-row CPU calls through kernels.cpu_decoder where it applies
         self._linears = [m for layer in self.model.layers for m in layer.linears()]
         self._fused_key: list = []  # the linear weights self._fused was built from
@@ -125,19 +159,37 @@ class Transformer(nn.Module):
         attend; S = mask.shape[1] and every attended slot is < S). Returns hidden [T, hidden].
         """
         self.rope.ensure(cache.max_len)  # positions never exceed the cache length
+        window = self.args.sliding_window
+        if window is not None and not self.args.sliding_layers:  # every layer slides (Mistral)
+            mask = sliding_mask(mask, window)
         fused = self._cpu_decoder(tokens.shape[0])
         if fused is not None:  # one C++ call runs every layer
             x = self.model.embed_tokens(tokens)  # [T, hidden]
             return fused(x, cache.k, cache.v, slots, self.rope.cos[positions], self.rope.sin[positions], mask)
-        inputs = AttentionInputs.build(self.rope.angles(positions), slots, mask, self.group)
+        if self.args.plain:
+            inputs = AttentionInputs.build(self.rope.angles(positions), slots, mask, self.group)
+        else:
+            inputs = self._featured_inputs(positions, slots, mask, cache.max_len)
         return self.model(tokens, inputs, cache)
+
+    def _featured_inputs(self, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
+                         max_len: int) -> AttentionInputs:
+        """AttentionInputs with the sliding layers' mask and RoPE (Gemma): positions, slots [T],
+        mask [T, S] as forward takes them."""
+        window = self.args.sliding_window if self.args.sliding_layers else None
+        local = None
+        if self.local_rope is not None:
+            self.local_rope.ensure(max_len)
+            local = self.local_rope.angles(positions)
+        return AttentionInputs.build(self.rope.angles(positions), slots, mask, self.group, local_rope=local,
+                                     window_mask=None if window is None else sliding_mask(mask, window))
 
     def _cpu_decoder(self, rows: int) -> kernels.CpuDecoder | None:
         """The fused CPU forward of the layers (kernels.cpu_decoder) for a call of `rows` tokens, or
         None where it does not apply; rebuilt whenever a linear weight was replaced (prepare_model_
         packs them after loading; loads copy into the same tensors, which the fused forward shares)."""
         if not 1 <= rows <= kernels.MAX_DECODER_ROWS or not self.fuse_cpu_layers or self.parallel.tp_size > 1 \
-                or self.device.type != "cpu":
+                or self.device.type != "cpu" or not self.args.plain:
             return None
         weights = [m.weight for m in self._linears]
         if len(weights) != len(self._fused_key) or any(a is not b for a, b in zip(weights, self._fused_key)):
@@ -149,8 +201,10 @@ class Transformer(nn.Module):
         return self._fused
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [T, hidden] -> logits [T, vocab] float32."""
-        return self.lm_head(hidden).float()
+        """hidden [T, hidden] -> logits [T, vocab] float32 (soft-capped where the model says: Gemma 2)."""
+        logits = self.lm_head(hidden).float()
+        cap = self.args.final_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def load_weights(self, named: Iterable[tuple[str, torch.Tensor]], supplied: frozenset[str] = frozenset()) -> None:
         """Load HF-named tensors (q/k/v and gate/up separate), each rank taking its shard.

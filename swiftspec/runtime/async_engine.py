@@ -17,8 +17,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from swiftspec.config import EngineConfig
+from swiftspec.config import NO_DRAFT, EngineConfig
 from swiftspec.errors import EngineFault
+from swiftspec.exec.load import check_pair
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
@@ -30,6 +31,7 @@ from swiftspec.runtime.worker_group import WorkerGroup
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 from swiftspec.spec import TreeVerifier
 from swiftspec.tree import mask_from_parents
+from swiftspec.weights import load_tokenizer, model_args, resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class AsyncEngine:
         try:
             self.workers.start()
             self.tokenizer = self.target.tokenizer
+            if joined is None and config.draft != NO_DRAFT:  # a draft host's tokenizer was checked at its handshake
+                self._check_draft()
             self.profile = async_profile(config.tree, self)
             self.limits = self._hang_limits(self.profile)
         except BaseException:
@@ -79,6 +83,12 @@ class AsyncEngine:
     @property
     def target(self):  # -> swiftspec.weights.LoadedModel: this rank's (shard of the) target
         return self.workers.target
+
+    def _check_draft(self) -> None:
+        """The draft the workers load must pair with the target (exec.load.check_pair); read from
+        its tokenizer and header alone."""
+        path = resolve_source(self.config.draft)
+        check_pair(self.tokenizer, load_tokenizer(path), self.target.args.vocab_size, model_args(path).vocab_size)
 
     @property
     def verifier(self) -> TreeVerifier:

@@ -67,7 +67,7 @@ def _build(config: EngineConfig, target) -> Engine:
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree
         return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len)
     draft = load_model(config.draft, config.draft_load)
-    check_pair(target.tokenizer, draft.tokenizer)
+    check_pair(target.tokenizer, draft.tokenizer, target.args.vocab_size, draft.args.vocab_size)
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
     drafter = build_drafter(draft, tree, max_seq_len, config.draft_vocab, config.draft_load.weights)
     return SerialEngine(target, drafter, tree, max_seq_len)

@@ -28,7 +28,10 @@ from swiftspec.weights.safetensors import write_safetensors
 
 FORMAT_VERSION = 1  # bump when the layout of a converted directory changes
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+# our arch -> (HF model_type, class); a Llama with a sliding window is written as a Mistral
+_HF_CLASSES = {"qwen2": ("qwen2", "Qwen2ForCausalLM"), "llama": ("llama", "LlamaForCausalLM"),
+               "mistral": ("mistral", "MistralForCausalLM"), "qwen3": ("qwen3", "Qwen3ForCausalLM"),
+               "gemma2": ("gemma2", "Gemma2ForCausalLM"), "gemma3": ("gemma3_text", "Gemma3ForCausalLM")}
 
 
 def converted_dir(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
@@ -86,9 +89,10 @@ def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
 
 def hf_config(args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
     """A transformers config.json for args (ModelArgs.from_hf_config reads it back unchanged)."""
+    model_type, hf_class = _HF_CLASSES["mistral" if args.arch == "llama" and args.sliding_window else args.arch]
     cfg: dict[str, Any] = {
-        "architectures": [_HF_CLASSES[args.arch]],
-        "model_type": args.arch,
+        "architectures": [hf_class],
+        "model_type": model_type,
         "vocab_size": args.vocab_size,
         "hidden_size": args.hidden_size,
         "intermediate_size": args.intermediate_size,
@@ -103,10 +107,15 @@ def hf_config(args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
         "max_position_embeddings": args.max_position_embeddings,
         "torch_dtype": DTYPE_NAMES[dtype],
     }
-    if args.arch == "llama":
+    if args.arch in ("llama", "qwen3"):
         cfg["attention_bias"] = args.qkv_bias
+    cfg.update(_family_config(args))
     s = args.rope_scaling
-    if s.kind == "linear":
+    if s.kind == "yarn":
+        cfg["rope_scaling"] = {"rope_type": "yarn", "factor": s.factor, "original_max_position_embeddings":
+                               s.original_max_position, "beta_fast": s.beta_fast, "beta_slow": s.beta_slow,
+                               "attention_factor": s.attention_factor, "truncate": s.truncate}
+    elif s.kind == "linear":
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": s.factor}
     elif s.kind == "llama3":
         cfg["rope_scaling"] = {
@@ -116,6 +125,22 @@ def hf_config(args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
             "high_freq_factor": s.high_freq_factor,
             "original_max_position_embeddings": s.original_max_position,
         }
+    return cfg
+
+
+def _family_config(args: ModelArgs) -> dict[str, Any]:
+    """The config.json entries of the sliding window and Gemma's block."""
+    cfg: dict[str, Any] = {}
+    if args.sliding_window is not None and not args.arch.startswith("qwen"):
+        cfg["sliding_window"] = args.sliding_window
+    if not args.gemma:
+        return cfg
+    cfg.update(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=args.query_pre_attn_scalar,
+               attn_logit_softcapping=args.attn_softcap, final_logit_softcapping=args.final_softcap)
+    if args.sliding_layers:
+        cfg["layer_types"] = ["sliding_attention" if s else "full_attention" for s in args.sliding_layers]
+    if args.local_rope_theta is not None:
+        cfg["rope_local_base_freq"] = args.local_rope_theta
     return cfg
 
 

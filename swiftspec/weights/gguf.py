@@ -24,6 +24,8 @@ from swiftspec.config import ConfigError
 from swiftspec.errors import UserError
 from swiftspec.kernels import kquant, qblock
 from swiftspec.model.args import SUPPORTED_ARCHS, ModelArgs, RopeScaling
+from swiftspec.model.hf_args import rope_scaling
+from swiftspec.weights.gguf_arch import block_names, f32 as _f32, family_fields, norm_shift
 from swiftspec.weights.gguf_reader import FastReader
 
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -45,20 +47,20 @@ _ROPE_FREQS = "rope_freqs.weight"  # llama3 frequency factors; folded into Model
 _READ_ERRORS = (ValueError, KeyError, IndexError, OSError, struct.error, UnicodeDecodeError, OverflowError)
 
 
-def gguf_to_hf_name(name: str) -> str | None:
-    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`; None when unknown."""
+def gguf_to_hf_name(name: str, arch: str = "llama") -> str | None:
+    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight` (names of `arch`); None when unknown."""
     if m := _GGUF_BLOCK.fullmatch(name):
-        part = _BLOCK_NAMES.get(m[2])
+        part = block_names(arch, _BLOCK_NAMES).get(m[2])
         return f"model.layers.{m[1]}.{part}.{m[3]}" if part else None
     base, _, suffix = name.rpartition(".")
     part = _TOP_NAMES.get(base)
     return f"{part}.{suffix}" if part and suffix in ("weight", "bias") else None
 
 
-def hf_to_gguf_name(name: str) -> str | None:
+def hf_to_gguf_name(name: str, arch: str = "llama") -> str | None:
     """Inverse of gguf_to_hf_name (used to write test GGUFs)."""
     if m := _HF_BLOCK.fullmatch(name):
-        part = {v: k for k, v in _BLOCK_NAMES.items()}.get(m[2])
+        part = {v: k for k, v in block_names(arch, _BLOCK_NAMES).items()}.get(m[2])
         return f"blk.{m[1]}.{part}.{m[3]}" if part else None
     base, _, suffix = name.rpartition(".")
     part = {v: k for k, v in _TOP_NAMES.items()}.get(base)
@@ -89,7 +91,7 @@ class GGUFCheckpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._reader = _open_reader(path)
+        self._reader = open_reader(path)
         self._tensors = {t.name: t for t in self._reader.tensors}
         self.arch = str(self.meta("general.architecture"))
         if self.arch not in SUPPORTED_ARCHS:
@@ -126,6 +128,8 @@ class GGUFCheckpoint:
         else:
             w = dequantize(raw.data, raw.tensor_type).reshape(spec.shape)
             w = np.ascontiguousarray(self._unpermute(spec.gguf_name, w))
+            if shift := norm_shift(self.arch, spec.gguf_name):  # back to HF's value (exact: w is near 1)
+                w = w - np.float32(shift)
             if not w.flags.writeable:  # F32 tensors come back as views of the read-only memmap
                 w = w.copy()
             out = torch.from_numpy(w).to(dtype)
@@ -164,7 +168,7 @@ class GGUFCheckpoint:
         for t in self._reader.tensors:
             if t.name == _ROPE_FREQS:
                 continue
-            hf = gguf_to_hf_name(t.name)
+            hf = gguf_to_hf_name(t.name, self.arch)
             if hf is None:
                 raise UserError(f"unexpected tensor {t.name!r} in {self.path} for architecture {self.arch!r}")
             specs.append(TensorSpec(t.name, hf, _hf_shape(t)))
@@ -184,12 +188,14 @@ class GGUFCheckpoint:
         hidden = int(self.meta(f"{a}.embedding_length"))
         head_dim = int(self.meta(f"{a}.attention.key_length", hidden // heads))
         theta = _f32(self.meta(f"{a}.rope.freq_base", 10000.0))
+        layers = int(self.meta(f"{a}.block_count"))
+        shape = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, head_dim=head_dim)
         return ModelArgs(
             arch=a,
             vocab_size=self._vocab_size(),
             hidden_size=hidden,
             intermediate_size=int(self.meta(f"{a}.feed_forward_length")),
-            num_layers=int(self.meta(f"{a}.block_count")),
+            num_layers=layers,
             num_heads=heads,
             num_kv_heads=int(self.meta(f"{a}.attention.head_count_kv", heads)),
             head_dim=head_dim,
@@ -200,6 +206,7 @@ class GGUFCheckpoint:
             o_bias="blk.0.attn_output.bias" in self._tensors,
             tie_word_embeddings="output.weight" not in self._tensors,
             max_position_embeddings=int(self.meta(f"{a}.context_length", 4096)),
+            **family_fields(self.meta, a, shape, "blk.0.attn_q_norm.weight" in self._tensors),
         )
 
     def _vocab_size(self) -> int:
@@ -216,6 +223,8 @@ class GGUFCheckpoint:
         kind = str(self.meta(f"{a}.rope.scaling.type", "none"))
         if kind == "linear":
             return RopeScaling(kind="linear", factor=_f32(self.meta(f"{a}.rope.scaling.factor")))
+        if kind == "yarn":
+            return self._yarn()
         if kind != "none":
             raise UserError(f"unsupported rope scaling {kind!r} in {self.path}")
         freqs = self._tensors.get(_ROPE_FREQS)
@@ -223,6 +232,17 @@ class GGUFCheckpoint:
             return RopeScaling()
         original = int(self.meta(f"{a}.rope.scaling.original_context_length", 8192))
         return llama3_scaling_from_factors(dequantize(freqs.data, freqs.tensor_type), head_dim, theta, original)
+
+
+    def _yarn(self) -> RopeScaling:
+        """YaRN as llama.cpp's converter writes it (attn_factor absent: transformers' default)."""
+        a = self.arch
+        raw = {"rope_type": "yarn", "factor": _f32(self.meta(f"{a}.rope.scaling.factor")),
+               "original_max_position_embeddings": int(self.meta(f"{a}.rope.scaling.original_context_length")),
+               "attention_factor": _optional_f32(self.meta(f"{a}.rope.scaling.attn_factor", None)),
+               "beta_fast": _optional_f32(self.meta(f"{a}.rope.scaling.yarn_beta_fast", None)),
+               "beta_slow": _optional_f32(self.meta(f"{a}.rope.scaling.yarn_beta_slow", None))}
+        return rope_scaling(raw, {"max_position_embeddings": int(self.meta(f"{a}.context_length", 4096))})
 
 
 def llama3_scaling_from_factors(factors: np.ndarray, head_dim: int, theta: float, original: int) -> RopeScaling:
@@ -247,10 +267,8 @@ def llama3_factors(s: RopeScaling, head_dim: int, theta: float) -> np.ndarray:
     return np.where(wavelen < s.original_max_position / s.high_freq_factor, 1.0, factors).astype(np.float32)
 
 
-def _f32(value: float) -> float:
-    """GGUF stores floats as float32: 1e-6 reads back as 9.99999997e-07. Take the shortest decimal
-    that rounds to the same float32, which is what the original config said."""
-    return float(str(np.float32(value)))
+def _optional_f32(value: float | None) -> float | None:
+    return None if value is None else _f32(value)
 
 
 def _hf_shape(t: ReaderTensor) -> tuple[int, ...]:
@@ -258,7 +276,7 @@ def _hf_shape(t: ReaderTensor) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(t.shape.tolist()))
 
 
-def _open_reader(path: Path) -> FastReader:
+def open_reader(path: Path) -> FastReader:
     try:
         reader = FastReader(path)
     except _READ_ERRORS as e:

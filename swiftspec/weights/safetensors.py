@@ -25,7 +25,8 @@ _INDEX = "model.safetensors.index.json"
 _WANTED = re.compile(
     r"model\.embed_tokens\.weight|model\.norm\.weight|lm_head\.weight"
     r"|model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.(weight|bias)"
-    r"|model\.layers\.\d+\.(input|post_attention)_layernorm\.weight"
+    r"|model\.layers\.\d+\.(input|post_attention|pre_feedforward|post_feedforward)_layernorm\.weight"
+    r"|model\.layers\.\d+\.self_attn\.[qk]_norm\.weight"
 )
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 

@@ -20,6 +20,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from swiftspec.model.args import ModelArgs
 from swiftspec.weights.convert import hf_config
 from swiftspec.weights.gguf import hf_to_gguf_name, llama_permute
+from swiftspec.weights.gguf_arch import DEFAULT_SWA_PATTERN, swa_layers
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Qwen2.5-Coder's fill-in-the-middle and repository tokens, for a tiny model that can serve FIM.
@@ -187,7 +188,8 @@ def make_perturbed_draft(target_dir: Path, out_dir: Path, noise: float = 0.05, s
 
 
 def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
-    """Export a tiny HF directory as a llama.cpp-style GGUF (Q/K rows permuted for llama).
+    """Export a tiny HF directory as a llama.cpp-style GGUF (Q/K rows permuted for llama, Gemma's
+    norms stored as 1 + w, each family's metadata as llama.cpp's converter writes it).
 
     qtype names the type of the 2-D weights (F32, F16, Q8_0, Q5_0, ...); norms stay F32 as in
     llama.cpp. The tokenizer is written as GGUF metadata, chat template included.  "Q4_K" and
@@ -205,6 +207,8 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
     with safe_open(hf_dir / "model.safetensors", framework="np") as f:
         for name in f.keys():
             data = f.get_tensor(name).astype(np.float32)
+            if args.gemma and name.endswith("norm.weight"):
+                data = data + np.float32(1.0)
             if args.arch == "llama" and ".q_proj." in name:
                 data = llama_permute(data, args.num_heads)
             elif args.arch == "llama" and ".k_proj." in name:
@@ -216,7 +220,7 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
                 packed = random_kquant_blocks(*data.shape, tensor_type.name, seed=len(name))
             else:
                 packed = gguf.quants.quantize(data, tensor_type)
-            writer.add_tensor(hf_to_gguf_name(name), packed, raw_dtype=tensor_type)
+            writer.add_tensor(hf_to_gguf_name(name, args.arch), packed, raw_dtype=tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -225,6 +229,8 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
 
 
 def _gguf_hparams(writer, args: ModelArgs) -> None:  # writer: gguf.GGUFWriter
+    import gguf
+
     writer.add_context_length(args.max_position_embeddings)
     writer.add_embedding_length(args.hidden_size)
     writer.add_block_count(args.num_layers)
@@ -233,6 +239,33 @@ def _gguf_hparams(writer, args: ModelArgs) -> None:  # writer: gguf.GGUFWriter
     writer.add_head_count_kv(args.num_kv_heads)
     writer.add_rope_freq_base(args.rope_theta)
     writer.add_layer_norm_rms_eps(args.rms_norm_eps)
+    if args.head_dim != args.hidden_size // args.num_heads:
+        writer.add_key_length(args.head_dim)
+        writer.add_value_length(args.head_dim)
+    s = args.rope_scaling
+    if s.kind in ("linear", "yarn"):
+        writer.add_rope_scaling_type(gguf.RopeScalingType(s.kind))
+        writer.add_rope_scaling_factor(s.factor)
+    if s.kind == "yarn":
+        writer.add_rope_scaling_orig_ctx_len(s.original_max_position)
+    if args.sliding_window is not None:
+        writer.add_sliding_window(args.sliding_window)
+    if args.gemma:
+        _gguf_gemma(writer, args)
+
+
+def _gguf_gemma(writer, args: ModelArgs) -> None:  # writer: gguf.GGUFWriter
+    """Gemma's soft-caps, its layer pattern where llama.cpp's default would differ, Gemma 3's local theta."""
+    if args.query_pre_attn_scalar != args.head_dim:
+        raise ValueError("llama.cpp's Gemma GGUFs imply query_pre_attn_scalar = head_dim (below 27B)")
+    if args.attn_softcap is not None:
+        writer.add_attn_logit_softcapping(args.attn_softcap)
+    if args.final_softcap is not None:
+        writer.add_final_logit_softcapping(args.final_softcap)
+    if args.sliding_layers and args.sliding_layers != swa_layers(DEFAULT_SWA_PATTERN[args.arch], args.num_layers):
+        writer.add_sliding_window_pattern(list(args.sliding_layers))
+    if args.arch == "gemma3":
+        writer.add_rope_freq_base_swa(args.local_rope_theta)
 
 
 def _gguf_tokenizer(writer, hf_dir: Path) -> None:  # writer: gguf.GGUFWriter
@@ -252,6 +285,15 @@ def _gguf_tokenizer(writer, hf_dir: Path) -> None:  # writer: gguf.GGUFWriter
     writer.add_pad_token_id(vocab[config["pad_token"]])
     writer.add_add_bos_token(False)
     writer.add_chat_template(config["chat_template"])
+
+
+def add_tokenizer(path: Path, vocab_size: int, max_len: int = 512) -> Path:
+    """Write the tiny BPE tokenizer (build_tokenizer) into an HF directory, e.g. one that
+    transformers' save_pretrained wrote for a tiny random model of another family."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    _write_tokenizer(build_tokenizer(vocab_size), path, max_len)
+    return path
 
 
 def _write_tokenizer(tok: Tokenizer, path: Path, max_len: int) -> None:

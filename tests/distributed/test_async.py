@@ -46,6 +46,17 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
         engine.close()
 
 
+def test_async_refuses_a_draft_of_another_vocabulary(tiny_qwen_dir, tmp_path) -> None:
+    """The workers' draft is checked against the target as the serial engines check theirs."""
+    from swiftspec.config import ConfigError
+    from swiftspec.weights.tiny import make_tiny_checkpoint
+
+    other = make_tiny_checkpoint(tmp_path / "other", vocab_size=600)
+    with pytest.raises(ConfigError, match=r"do not pair: token 509 is '<\|endoftext\|>' in the target's"):
+        build_engine(EngineConfig(mode="async", target=str(tiny_qwen_dir), draft=str(other), target_load=FP32,
+                                  draft_load=FP32, tree=TreeConfig(depth=2)))
+
+
 def test_async_abandoned_stream_leaves_engine_usable(tiny_qwen_dir, tiny_draft_dir) -> None:
     """A consumer that stops reading mid-request (a client disconnect) must not wedge the groups.
     d is chosen at start-up here (depth 0), and the verify costs are profiled after it."""

@@ -52,14 +52,14 @@ def test_truncated_gguf(tiny_qwen_dir: Path, tmp_path: Path, keep: float) -> Non
 
 
 def test_unsupported_gguf_architecture(tmp_path: Path) -> None:
-    writer = gguf.GGUFWriter(str(tmp_path / "gemma.gguf"), "gemma2")
+    writer = gguf.GGUFWriter(str(tmp_path / "phi3.gguf"), "phi3")
     writer.add_block_count(1)
     writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    assert "unsupported architecture 'gemma2'" in _load_error(tmp_path / "gemma.gguf", tmp_path)
+    assert "unsupported architecture 'phi3'" in _load_error(tmp_path / "phi3.gguf", tmp_path)
 
 
 def test_dir_without_config(tmp_path: Path) -> None:

@@ -109,11 +109,11 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
         alone, grouped = forward_costs(runner, TARGET_ROWS, (Lane(), lane), TARGET_REPEATS)
     load = config.target_load
     target_bytes = target.args.weight_bytes(load.dtype, load.weights)
-    tokenizer = target.tokenizer
+    tokenizer, target_rows = target.tokenizer, target.args.vocab_size
     del target, runner
     gc.collect()
     drafts, draft_bytes = [], {}
-    loaded = _load_draft(config, tokenizer)
+    loaded = _load_draft(config, tokenizer, target_rows)
     for i, fmt in enumerate(draft_formats):
         last = i == len(draft_formats) - 1  # the others pack a copy of the loaded weights
         draft = loaded if last else dataclasses.replace(loaded, model=copy.deepcopy(loaded.model))
@@ -135,13 +135,13 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
                        seconds=time.perf_counter() - start)
 
 
-def _load_draft(config: EngineConfig, target_tokenizer):  # -> swiftspec.weights.LoadedModel
+def _load_draft(config: EngineConfig, target_tokenizer, target_rows: int):  # -> swiftspec.weights.LoadedModel
     """The draft's unpacked weights, loaded once for every format (packing happens per format)."""
     from swiftspec.exec.load import check_pair
     from swiftspec.weights import load_model
 
     draft = load_model(config.draft, config.draft_load)
-    check_pair(target_tokenizer, draft.tokenizer)
+    check_pair(target_tokenizer, draft.tokenizer, target_rows, draft.args.vocab_size)
     return draft
 
 
