@@ -12,7 +12,6 @@ from pathlib import Path
 from swiftspec.errors import UserError
 from swiftspec.model.args import ModelArgs
 
-NATIVE_GGUF_TYPES = ("Q4_K", "Q6_K")  # the K-quant blocks the CPU kernels run as stored (kernels/kquant.py)
 _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
@@ -74,6 +73,7 @@ def _describe_gguf(path: Path) -> ModelInfo:
 
 def _gguf_fallbacks(ckpt) -> tuple[str, ...]:  # ckpt: weights.gguf.GGUFCheckpoint
     """How --weights gguf and the dense formats run a GGUF's tensors."""
+    from swiftspec.kernels import kquant, qblock
     from swiftspec.weights.gguf_native import plan
 
     native = plan(ckpt)
@@ -83,7 +83,7 @@ def _gguf_fallbacks(ckpt) -> tuple[str, ...]:  # ckpt: weights.gguf.GGUFCheckpoi
     as_stored = Counter(ckpt.raw(s)[1] for s in linears if s.hf_name in native_names)
     gguf_line = "--weights gguf (the default on CPU): "
     gguf_line += f"{sum(as_stored.values())} linear tensors run as stored ({_counts(as_stored)})" \
-        if as_stored else f"no linear tensor is {' or '.join(NATIVE_GGUF_TYPES)}"
+        if as_stored else f"no linear tensor is of a type run as stored ({', '.join(kquant.TYPES + qblock.TYPES)})"
     if requantized:
         gguf_line += f"; {sum(requantized.values())} with no native kernel re-quantized to int8 ({_counts(requantized)})"
     return (gguf_line + "; embeddings and norms dequantized to the dtype",
