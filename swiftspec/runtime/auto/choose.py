@@ -79,9 +79,10 @@ CPU_DRAFT_FORMATS = ("int8", "int4")
 
 
 def draft_formats(config: EngineConfig) -> tuple[str, ...]:
-    """Draft weight formats to profile: int8 and int4 on CPU with the C++ kernels and bf16
-    activations (the draft's precision never changes the output; a bf16 draft accepts no more
-    than an int8 one and reads twice the bytes: exec.load.default_draft_weights), else the configured one."""
+    """Draft weight formats to profile: on CPU with the C++ kernels and bf16 activations, int4 beside a
+    4-bit target (gguf, int4) and int8 and int4 beside a wider one (the draft's precision never
+    changes the output; a bf16 draft accepts no more than an int8 one and reads twice the bytes:
+    exec.load.default_draft_weights), else the configured one."""
     if not config.auto.choose_draft_weights:
         return (config.draft_load.weights,)
     load = config.draft_load
@@ -89,7 +90,12 @@ def draft_formats(config: EngineConfig) -> tuple[str, ...]:
         return (load.weights,)
     from swiftspec.kernels import cpu_ext
 
-    return CPU_DRAFT_FORMATS if cpu_ext.load() is not None else (load.weights,)
+    if cpu_ext.load() is None:
+        return (load.weights,)
+    # Beside a 4-bit target an int8 draft reads as many bytes per forward as a third of the target's,
+    # and lost every bench where auto chose it (0.87x the int4 draft's tree on an AVX-512 host,
+    # issue 35); profiling it cost half of the first start.
+    return ("int4",) if config.target_load.weights in ("gguf", "int4") else CPU_DRAFT_FORMATS
 
 
 def predictions(profile: PairProfile, config: EngineConfig, cal: Calibration = Calibration()) -> list[Prediction]:
