@@ -46,15 +46,20 @@ def exact_distribution(model: torch.nn.Module, prompt: list[int], params: Sampli
     return out
 
 
-def chi_square_threshold(dof: int, z: float = 4.753) -> float:
-    """Upper quantile of chi-square(dof) by Wilson-Hilferty; z = 4.753 is the 1e-6 normal tail,
-    so a correct sampler fails this test about once in a million runs."""
+Z_1E6 = 4.753  # the 1e-6 upper tail of the standard normal
+
+
+def chi_square_threshold(dof: int, z: float = Z_1E6) -> float:
+    """Upper quantile of chi-square(dof) by Wilson-Hilferty; z = 4.753 is the 1e-6 normal tail.
+    (goodness_of_fit's cells expecting 5-10 samples fatten the statistic's tail: with that
+    threshold a correct sampler fails it a few times in a million runs, spec_power.py.)"""
     a = 2.0 / (9.0 * dof)
     return dof * (1.0 - a + z * math.sqrt(a)) ** 3
 
 
 def goodness_of_fit(samples: list[tuple], exact: dict[tuple, float]) -> tuple[float, float]:
-    """Chi-square statistic and threshold; cells expecting < 5 samples are pooled into one."""
+    """Chi-square statistic and threshold; cells expecting < 5 samples are pooled into one.  The
+    criterion's own false-failure rate, and its power, at n samples: tests/runtime/spec_power.py."""
     n = len(samples)
     counts = Counter(samples)
     big = {cell for cell, p in exact.items() if p * n >= 5}

@@ -108,14 +108,40 @@ class _FixedCosts(RoundCosts):
         pass
 
 
+SAMPLES = 2500  # seeded requests per mode of test_sampling_matches_target_distribution (not fewer: docstring)
+SAMPLING = SamplingParams(temperature=0.8, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def sharp_models(sharp_pair_dirs):
+    """The sharp pair loaded once for the sampling tests, and the target's exact distribution of
+    the first 3 tokens after LOOPING_PROMPT (the same for every mode)."""
+    target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
+    exact = exact_distribution(target.model, LOOPING_PROMPT, SAMPLING, target.tokenizer.eos_token_ids, 3)
+    return target, draft, exact
+
+
 @pytest.mark.parametrize("mode", ["tree", "chain", "tree-adaptive", "lookup-only"])
-def test_sampling_matches_target_distribution(sharp_pair_dirs, mode) -> None:
+def test_sampling_matches_target_distribution(sharp_models, mode) -> None:
     """At temperature 0.8, top-p 0.95, the first 3 tokens follow the target's exact distribution.
     tree-adaptive: leaves below path probability 0.2 are skipped and each row verified costs a
     third of a token (seeded requests otherwise keep fixed rounds), so trees and verified
     subtrees of every shape the cost rules make are verified.  The prompt repeats itself, so
-    prompt lookup grafts branches into the trees (mixed with the draft's; alone in lookup-only)."""
-    target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
+    prompt lookup grafts branches into the trees (mixed with the draft's; alone in lookup-only).
+
+    2500 requests (SAMPLES), threshold at z = 4.753 (spec_stats.Z_1E6).  False failures, by
+    tests/runtime/spec_power.py (2e6 simulated runs of this criterion under the exact
+    distribution): 59 cells expect >= 5 samples, threshold 126.0, 7 failures in 2e6 = 3.5e-6 (the
+    cells expecting 5-10 samples fatten the tail past chi-square's 1e-6).  Power: a sampler that
+    draws a share x of its first 3 tokens from the draft's distribution (TV 0.98 from the target's)
+    fails with probability 0.77 at x = 8% and 0.99 at 10%.  Planted wrong verifiers
+    (swiftspec.verify.stochastic patched, measured once): keeping a rejected child in the residual
+    gives 131.9 (tree), and fails.  Why not fewer requests: at 1250 the false-failure rate would
+    stay (11 in 2e6 at z = 4.753, the same within the simulation's error; z = 5.0 would make sure),
+    but that planted verifier gives 58.5 against 87.4 (the correct one 26.8), and accepting a child
+    with probability sqrt(p') 60.8: the smaller sample misses them, and its power reaches 0.99 only
+    at a 16% draft share."""
+    target, draft, exact = sharp_models
     cfg = TreeConfig(depth=3 if mode == "tree-adaptive" else 2, budget=96)
     cfg = chain_config(cfg) if mode == "chain" else cfg
     drafter = LookupDrafter(cfg) if mode == "lookup-only" else TreeDrafter(draft.model, cfg, 256)
@@ -123,14 +149,12 @@ def test_sampling_matches_target_distribution(sharp_pair_dirs, mode) -> None:
     if mode == "tree-adaptive":
         engine.costs = _FixedCosts(expand_s=0.01, token_s=0.05, verify_s=[0.05 * (2 + n) / 3 for n in range(8)])
         engine._adapts = lambda params: True
-    params = SamplingParams(temperature=0.8, top_p=0.95)
     prompt = LOOPING_PROMPT
-    exact = exact_distribution(target.model, prompt, params, target.tokenizer.eos_token_ids, 3)
     samples = [first_tokens(engine, prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=s), 3)
-               for s in range(2500)]
+               for s in range(SAMPLES)]
     stat, threshold = goodness_of_fit(samples, exact)
     assert stat < threshold, (stat, threshold)
-    generation = engine.generate(prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=2499), 3)
+    generation = engine.generate(prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=SAMPLES - 1), 3)
     list(generation)  # the last sample again, for its stats
     assert generation.stats.rounds >= 1
     assert mode == "chain" or drafter.lookup.grafted > 1000
