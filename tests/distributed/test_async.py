@@ -114,8 +114,8 @@ def test_async_sampling_matches_target_distribution(tmp_path, one_core) -> None:
     tests/runtime/spec_power.py: small cells fatten the tail); a sampler that takes 14% of its
     draws from the draft's distribution (TV 0.98 from the target's) fails with probability 0.88,
     16% with 0.99 (simulated; 2500 requests reach 0.77 at 8% and 0.99 at 10%).  The verification
-    itself, the serial engines' TreeVerifier, is held to as many samples per tree shape (four
-    shapes) in tests/runtime/test_serial_lossless.py."""
+    itself, the serial engines' TreeVerifier, is held to 2500 samples per tree shape in
+    tests/runtime/test_serial_lossless.py (where a planted verifier that 1250 miss fails)."""
     target_dir, draft_dir = sharp_pair(tmp_path)
     engine = build_engine(EngineConfig(mode="async", target=str(target_dir), draft=str(draft_dir),
                                        target_load=FP32, draft_load=FP32, tree=TreeConfig(depth=2, budget=96)))

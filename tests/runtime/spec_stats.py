@@ -57,10 +57,9 @@ def chi_square_threshold(dof: int, z: float = Z_1E6) -> float:
     return dof * (1.0 - a + z * math.sqrt(a)) ** 3
 
 
-def goodness_of_fit(samples: list[tuple], exact: dict[tuple, float], z: float = Z_1E6) -> tuple[float, float]:
-    """Chi-square statistic and threshold (chi_square_threshold at z); cells expecting < 5
-    samples are pooled into one.  The criterion's own false-failure rate, and its power, at a
-    given number of samples: tests/runtime/spec_power.py."""
+def goodness_of_fit(samples: list[tuple], exact: dict[tuple, float]) -> tuple[float, float]:
+    """Chi-square statistic and threshold; cells expecting < 5 samples are pooled into one.  The
+    criterion's own false-failure rate, and its power, at n samples: tests/runtime/spec_power.py."""
     n = len(samples)
     counts = Counter(samples)
     big = {cell for cell, p in exact.items() if p * n >= 5}
@@ -72,7 +71,7 @@ def goodness_of_fit(samples: list[tuple], exact: dict[tuple, float], z: float = 
         else:
             pooled_obs, pooled_exp = pooled_obs + obs, pooled_exp + exp
     stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1.0)
-    return stat, chi_square_threshold(len(big), z)
+    return stat, chi_square_threshold(len(big))
 
 
 def first_tokens(engine, prompt: list[int], params: SamplingParams, n: int) -> tuple:

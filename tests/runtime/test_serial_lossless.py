@@ -108,8 +108,7 @@ class _FixedCosts(RoundCosts):
         pass
 
 
-SAMPLES = 1250  # seeded requests per mode of test_sampling_matches_target_distribution
-Z = 5.0  # its chi-square threshold's normal quantile (spec_stats.Z_1E6 = 4.753 at 2500 requests)
+SAMPLES = 2500  # seeded requests per mode of test_sampling_matches_target_distribution (not fewer: docstring)
 SAMPLING = SamplingParams(temperature=0.8, top_p=0.95)
 
 
@@ -130,22 +129,18 @@ def test_sampling_matches_target_distribution(sharp_models, mode) -> None:
     subtrees of every shape the cost rules make are verified.  The prompt repeats itself, so
     prompt lookup grafts branches into the trees (mixed with the draft's; alone in lookup-only).
 
-    1250 requests (SAMPLES; 2500 before), threshold at z = 5.0 (Z; 4.753 before).  False failures,
-    by tests/runtime/spec_power.py (2e6 simulated runs of this criterion under the exact
-    distribution): 2500 requests at z = 4.753 (59 cells expect >= 5 samples, threshold 126.0)
-    failed 7 times in 2e6, 3.5e-6; 1250 at 4.753 (33 cells, threshold 87.4) 11 times, 5.5e-6 (the
-    same within the simulation's error: at every n the cells expecting 5-10 samples fatten the tail
-    past chi-square's alike: 2.07e-4 and 2.15e-4 at the nominal 1e-4, 3.5 and 5.5 times the nominal
-    1e-6); z = 5.0 (threshold 91.2) cuts the nominal rate to 2.9e-7, so even a tail 10 times
-    chi-square's stays under the 3.5e-6 before.  Power: a sampler that draws a share x of its first
-    3 tokens from the draft's distribution (TV 0.98 from the target's) fails with probability 0.77
-    at x = 8% and 0.99 at 10% with 2500 requests, 0.88 at 14% and 0.99 at 16% with 1250 (at z =
-    4.753).  Planted wrong verifiers (swiftspec.verify.stochastic patched, measured once at 1250
-    requests): keeping a rejected child in the residual gives 58.5 (tree) and 55.8 (chain),
-    accepting a child with probability sqrt(p') instead of p' 60.8 (tree), against a null mean of
-    33 and the threshold 91.2: biases this small (their noncentrality, ~25, doubles at 2500
-    requests, where they would fail about one run in five) are beyond both sample sizes; the test
-    is held to the draft-share power above."""
+    2500 requests (SAMPLES), threshold at z = 4.753 (spec_stats.Z_1E6).  False failures, by
+    tests/runtime/spec_power.py (2e6 simulated runs of this criterion under the exact
+    distribution): 59 cells expect >= 5 samples, threshold 126.0, 7 failures in 2e6 = 3.5e-6 (the
+    cells expecting 5-10 samples fatten the tail past chi-square's 1e-6).  Power: a sampler that
+    draws a share x of its first 3 tokens from the draft's distribution (TV 0.98 from the target's)
+    fails with probability 0.77 at x = 8% and 0.99 at 10%.  Planted wrong verifiers
+    (swiftspec.verify.stochastic patched, measured once): keeping a rejected child in the residual
+    gives 131.9 (tree), and fails.  Why not fewer requests: at 1250 the false-failure rate would
+    stay (11 in 2e6 at z = 4.753, the same within the simulation's error; z = 5.0 would make sure),
+    but that planted verifier gives 58.5 against 87.4 (the correct one 26.8), and accepting a child
+    with probability sqrt(p') 60.8: the smaller sample misses them, and its power reaches 0.99 only
+    at a 16% draft share."""
     target, draft, exact = sharp_models
     cfg = TreeConfig(depth=3 if mode == "tree-adaptive" else 2, budget=96)
     cfg = chain_config(cfg) if mode == "chain" else cfg
@@ -157,12 +152,12 @@ def test_sampling_matches_target_distribution(sharp_models, mode) -> None:
     prompt = LOOPING_PROMPT
     samples = [first_tokens(engine, prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=s), 3)
                for s in range(SAMPLES)]
-    stat, threshold = goodness_of_fit(samples, exact, Z)
+    stat, threshold = goodness_of_fit(samples, exact)
     assert stat < threshold, (stat, threshold)
     generation = engine.generate(prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=SAMPLES - 1), 3)
     list(generation)  # the last sample again, for its stats
     assert generation.stats.rounds >= 1
-    assert mode == "chain" or drafter.lookup.grafted > 0.4 * SAMPLES  # 1000 in 2500 before
+    assert mode == "chain" or drafter.lookup.grafted > 1000
 
 
 def test_same_seed_same_output(sharp_pair_dirs) -> None:
