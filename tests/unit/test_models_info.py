@@ -26,9 +26,12 @@ def test_gguf_k_quants_run_as_stored(tmp_path: Path) -> None:
 
 
 def test_gguf_without_native_kernel_is_requantized(tiny_qwen_dir: Path, tmp_path: Path) -> None:
-    text = "\n".join(describe(write_gguf(tiny_qwen_dir, tmp_path / "m.gguf", "Q8_0")).lines())
-    # tied embeddings: 14 linears, the embedding (Q8_0 too) is dequantized
-    assert "no linear tensor is Q4_K or Q6_K; 14 with no native kernel re-quantized to int8 (Q8_0 x 14)" in text
+    text = "\n".join(describe(write_gguf(tiny_qwen_dir, tmp_path / "m.gguf", "Q4_1")).lines())
+    # tied embeddings: 14 linears, the embedding (Q4_1 too) is dequantized
+    assert ("no linear tensor is of a type run as stored (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q4_0); 14 with no "
+            "native kernel re-quantized to int8 (Q4_1 x 14)") in text
+    text = "\n".join(describe(write_gguf(tiny_qwen_dir, tmp_path / "q8.gguf", "Q8_0")).lines())
+    assert "14 linear tensors run as stored (Q8_0 x 14)" in text and "re-quantized" not in text
 
 
 def test_hf_directory(tiny_llama_dir: Path, capsys) -> None:
