@@ -144,7 +144,8 @@ def _decoded_weight(dec: Decoded) -> torch.Tensor:
     return torch.from_numpy(w.reshape(rows, k))
 
 
-def _pad_rows(a: np.ndarray, rows: int) -> torch.Tensor:
+def pad_rows(a: np.ndarray, rows: int) -> torch.Tensor:
+    """a [n, ...] zero-padded to `rows` rows (a whole number of tiles), as a tensor."""
     out = np.zeros((rows, *a.shape[1:]), dtype=a.dtype)
     out[: a.shape[0]] = a
     return torch.from_numpy(out)
@@ -180,8 +181,8 @@ def untile_fields(b: torch.Tensor, width: int) -> torch.Tensor:
 def _pack_chunk(dec: Decoded) -> Packed:
     """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
     tn = _tiles(dec.q.shape[0]) * TILE_N
-    q, sc, mm = _pad_rows(dec.q, tn), _pad_rows(dec.sc, tn), _pad_rows(dec.mm, tn)
-    d, dm = _pad_rows(dec.d, tn), _pad_rows(dec.dm, tn)
+    q, sc, mm = pad_rows(dec.q, tn), pad_rows(dec.sc, tn), pad_rows(dec.mm, tn)
+    d, dm = pad_rows(dec.d, tn), pad_rows(dec.dm, tn)
     nib = tile_fields(q & 15, 4)
     qh = tile_fields(q >> 4, dec.bits - 4) if dec.bits != 4 else torch.empty(0, dtype=torch.uint8)
     sc_t, mm_t = (v.view(-1, TILE_N, v.shape[1] // 2, 2).permute(0, 2, 1, 3) for v in (sc, mm))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from swiftspec.kernels.kquant import RawPart, tile_fields, untile_fields
+from swiftspec.kernels.kquant import RawPart, pad_rows, tile_fields, untile_fields
 from swiftspec.kernels.quant import TILE_N, PackedWeight, _tiles
 
 BLOCK = 32  # k per block: one fp16 scale
@@ -77,12 +77,6 @@ def dequantize_blocks(raw: np.ndarray, qtype: str, dtype: torch.dtype) -> torch.
     return out
 
 
-def _pad_rows(a: np.ndarray, rows: int) -> torch.Tensor:
-    out = np.zeros((rows, *a.shape[1:]), dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return torch.from_numpy(out)
-
-
 @dataclass
 class Tiles:
     """One chunk's tiles in the packed layout (module docstring); qh is empty but for 5 bits."""
@@ -96,11 +90,11 @@ def _pack_chunk(q: np.ndarray, d: np.ndarray, bits: int) -> Tiles:
     """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
     tn = _tiles(q.shape[0]) * TILE_N
     k = q.shape[1]
-    d_t = _pad_rows(d, tn).view(-1, TILE_N, k // BLOCK).permute(0, 2, 1)
+    d_t = pad_rows(d, tn).view(-1, TILE_N, k // BLOCK).permute(0, 2, 1)
     if bits == 8:
-        q_t = _pad_rows(q, tn).view(torch.uint8).view(-1, TILE_N, k // 4, 4).permute(0, 2, 1, 3)
+        q_t = pad_rows(q, tn).view(torch.uint8).view(-1, TILE_N, k // 4, 4).permute(0, 2, 1, 3)
         return Tiles(q_t, torch.empty(0, dtype=torch.uint8), d_t)
-    u = _pad_rows((q + OFFSET[bits]).astype(np.uint8), tn)
+    u = pad_rows((q + OFFSET[bits]).astype(np.uint8), tn)
     qh = tile_fields(u >> 4, 1) if bits == 5 else torch.empty(0, dtype=torch.uint8)
     return Tiles(tile_fields(u & 15, 4), qh, d_t)
 
