@@ -3,11 +3,11 @@
 Both sides read the same GGUF (Q4_K/Q5_0/Q6_K/Q8_0 tensors), so this checks dequantization, name
 mapping, metadata -> ModelArgs, the tokenizer conversion and the decoder against a reference.
 
-Both tokenizers encode HumanEval/0-2 alike; the greedy comparison runs on the longest of them
-(HumanEval/1) alone.  Its prefill and 32 decode steps run every tensor of the file (each
+Both tokenizers encode HumanEval/0-2 alike; the greedy comparison runs on the longest of them in
+tokens alone (118 tokens).  Its prefill and 32 decode steps run every tensor of the file (each
 quantization type), the prefill and the KV-cache decode paths and positions past those of the
 two shorter prompts, so the two other continuations (64 more decode steps and two more
-transformers forwards, about a third of the test's time) ran no code this one does not.
+transformers forwards) ran no code this one does not.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from swiftspec.weights import load_model
 pytestmark = pytest.mark.slow
 
 NEW_TOKENS = 32
-NUM_PROMPTS = 3  # tokenized by both sides
-GREEDY_PROMPT = 1  # HumanEval/1, the longest of them: the one continuation compared
+NUM_PROMPTS = 3  # tokenized by both sides; the longest in tokens is the one continuation compared
 
 
 def _humaneval_prompts() -> list[str]:
@@ -83,8 +82,7 @@ def test_greedy_matches_transformers_on_the_real_draft(real_pair) -> None:
     assert ours.args.vocab_size == hf.config.vocab_size and ours.args.num_layers == hf.config.num_hidden_layers
     prompts = [ours.tokenizer.encode(text) for text in _humaneval_prompts()]
     assert prompts == [hf_tok.encode(text) for text in _humaneval_prompts()]
-    prompt = prompts[GREEDY_PROMPT]
-    assert len(prompt) == max(map(len, prompts))
+    prompt = max(prompts, key=len)
     got = _ours_greedy(ours.model, prompt)
     want = _hf_next_tokens(hf, prompt, got)
     assert got == want, f"diverged at token {next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)}"
