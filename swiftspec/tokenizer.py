@@ -95,10 +95,14 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._hf.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
 
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self._hf.chat_template)
+
     def chat(self, messages: list[dict]) -> list[int]:
         """Ids of messages rendered by the chat template, ending with the assistant's generation prompt."""
         _check_messages(messages)
-        if not self._hf.chat_template:
+        if not self.has_chat_template:
             raise UserError("this model's tokenizer has no chat template; send a plain completion prompt")
         from jinja2 import TemplateError
 

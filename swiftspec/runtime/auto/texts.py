@@ -39,8 +39,10 @@ class Text:
 
 
 def builtin_texts(tokenizer) -> list[Text]:  # tokenizer: swiftspec.tokenizer.Tokenizer of the target
-    """The code text (plain completion) and the chat text (through the model's chat template)."""
+    """The code text (plain completion) and, for a model with a chat template, the chat text through it."""
     code = tokenizer.encode(CODE_PROMPT)
-    chat = tokenizer.chat([{"role": "user", "content": CHAT_QUESTION}])
-    return [Text(code + tokenizer.encode(CODE_CONTINUATION), len(code)),
-            Text(chat + tokenizer.encode(CHAT_CONTINUATION), len(chat))]
+    texts = [Text(code + tokenizer.encode(CODE_CONTINUATION), len(code))]
+    if tokenizer.has_chat_template:  # a base model has none: its users send plain completions
+        chat = tokenizer.chat([{"role": "user", "content": CHAT_QUESTION}])
+        texts.append(Text(chat + tokenizer.encode(CHAT_CONTINUATION), len(chat)))
+    return texts
