@@ -98,3 +98,12 @@ def isa_bound(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """The test runs at the lowest (AVX2) and the highest ISA level this CPU has."""
     run_at_level(monkeypatch, request.param)
     return request.param
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """The built C++ kernel module (the tests that call it directly skip where it cannot be built)."""
+    module = cpu_ext.load()
+    if module is None:
+        pytest.skip("C++ kernels could not be built here (no compiler, or CPU without AVX2/AVX-512)")
+    return module

@@ -90,12 +90,6 @@ def _bound(x: torch.Tensor, qw) -> torch.Tensor:
     return 1e-5 * (xd.abs() @ dequantize(qw).abs().T) + 1e-30
 
 
-@pytest.fixture(scope="module")
-def ext():
-    if cpu_ext.load() is None:
-        pytest.skip("C++ kernels could not be built here")
-    return cpu_ext.load()
-
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -86,12 +86,6 @@ def _bound(x: torch.Tensor, qw, dtype: torch.dtype) -> torch.Tensor:
     return bound
 
 
-@pytest.fixture(scope="module")
-def ext():
-    if cpu_ext.load() is None:
-        pytest.skip("C++ kernels could not be built here")
-    return cpu_ext.load()
-
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

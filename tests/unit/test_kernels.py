@@ -22,13 +22,6 @@ from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.quant import dequantize, int4_fit_ref, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
 
-@pytest.fixture(scope="module")
-def ext():
-    module = cpu_ext.load()
-    if module is None:
-        pytest.skip("C++ kernels could not be built here (no compiler, or CPU without AVX2/AVX-512)")
-    return module
-
 
 @pytest.fixture(scope="module")
 def isa_levels(ext) -> list[int]:
