@@ -142,9 +142,7 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sour
     from swiftspec.bench import peers_llamacpp as lc
 
     draft = sources.draft if spec.variant == "spec" else None
-    files = [sources.target] + ([draft] if draft else [])
-    if any(p.is_dir() for p in files):
-        lineup.skipped[spec.name] = "llama.cpp needs GGUF files; the model is an HF directory"
+    if _skips_hf_dirs(lineup, spec, [sources.target] + ([draft] if draft else []), "llama.cpp"):
         return
     use_server = bool(args.llama_server) and (spec.variant == "spec" or not lc.llama_cpp_available())
     if not use_server and not lc.llama_cpp_available():
@@ -162,8 +160,7 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sour
         lineup.backends[spec.name] = f"llama-cpp-python {lc.llama_cpp_version()}" + (
             f" (draft model, k={k})" if draft else "")
     lineup.runners[spec.name] = runner
-    draft_bytes = gguf_weight_bytes(draft) if draft else 0
-    lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)
+    _gguf_peer_bytes(lineup, spec, sources, draft)
 
 
 def _add_ikllama(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources, n_ctx: int) -> None:
@@ -171,8 +168,7 @@ def _add_ikllama(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sourc
     from swiftspec.bench import peers_llamacpp as lc
 
     draft = sources.draft if spec.variant == "spec" else None
-    if any(p.is_dir() for p in [sources.target] + ([draft] if draft else [])):
-        lineup.skipped[spec.name] = "ik_llama.cpp needs GGUF files; the model is an HF directory"
+    if _skips_hf_dirs(lineup, spec, [sources.target] + ([draft] if draft else []), "ik_llama.cpp"):
         return
     binary = args.ik_llama_server or lc.ik_llama_server()
     if binary is None:
@@ -184,5 +180,19 @@ def _add_ikllama(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sourc
         binary, sources.target, args.threads, n_ctx, tok.eos_token_ids, (args.temperature, args.top_p), log, draft,
         extra=lc.IK_FLAGS, encode=tok.encode)
     lineup.backends[spec.name] = f"ik_llama.cpp llama-server {binary} ({' '.join(lc.IK_FLAGS)})"
-    draft_bytes = gguf_weight_bytes(draft) if draft else 0
-    lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target), draft_bytes)
+    _gguf_peer_bytes(lineup, spec, sources, draft)
+
+
+def _skips_hf_dirs(lineup: Lineup, spec: ModeSpec, files: list[Path], peer: str) -> bool:
+    """True (the mode recorded as skipped) when one of the files a llama.cpp-family peer would load is
+    an HF directory, which these peers cannot read."""
+    if any(p.is_dir() for p in files):
+        lineup.skipped[spec.name] = f"{peer} needs GGUF files; the model is an HF directory"
+        return True
+    return False
+
+
+def _gguf_peer_bytes(lineup: Lineup, spec: ModeSpec, sources: Sources, draft: Path | None) -> None:
+    """The weight bytes a llama.cpp-family peer streams: the GGUF files as stored."""
+    lineup.weight_bytes[spec.name] = WeightBytes(gguf_weight_bytes(sources.target),
+                                                 gguf_weight_bytes(draft) if draft else 0)
