@@ -66,11 +66,7 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
   const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
   at::Tensor out = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return out;
-  at::Tensor b32;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->numel() == N, "bf16_linear: bias must have N elements");
-    b32 = bias->to(at::kFloat).contiguous();
-  }
+  const at::Tensor b32 = bias_fp32(bias, N, "bf16_linear");
   const Bf16Gemm g{reinterpret_cast<const uint16_t*>(x.data_ptr()), x.stride(0),
                    reinterpret_cast<const uint16_t*>(w.data_ptr()), w.stride(0),
                    b32.defined() ? b32.data_ptr<float>() : nullptr,

@@ -31,6 +31,9 @@ constexpr int64_t kMaxSmallRows = 16;  // bound of the small-M paths (decode, ve
 int64_t detect_level();                        // isa.cpp: the best level this CPU runs
 bool level_supported(int64_t level);           // this CPU runs level (kNoIsa: always)
 void check_level(int64_t level, const char* what);  // kAvx2 <= level, supported, else throws
+// A linear's bias as contiguous fp32 (undefined when there is none); op names it in the error when
+// it does not have N elements.  Defined in quant_linear.cpp.
+at::Tensor bias_fp32(const c10::optional<at::Tensor>& bias, int64_t N, const char* op);
 
 // Each op's path at a level: the level whose code it runs (kNoIsa: the op refuses; use torch).
 int64_t quant_linear_path(int64_t level);

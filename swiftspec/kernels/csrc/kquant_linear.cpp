@@ -88,11 +88,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   // 5-bit weights take the AVX2 path at every level, as the GGUF block linear does (glue.h).
   const KPath& path = kpath(bits == 5 ? qblock_linear_path(level) : quant_linear_path(level));
   const KAct act = quantize(x, K, sub, path, x.size(0) <= kMaxSmallRows ? cached : fresh);
-  at::Tensor b32;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->numel() == N, "kquant_linear: bias must have N elements");
-    b32 = bias->to(at::kFloat).contiguous();
-  }
+  const at::Tensor b32 = bias_fp32(bias, N, "kquant_linear");
   const KWeight w{q.data_ptr<uint8_t>(), bits != 4 ? qh.data_ptr<uint8_t>() : nullptr, sc.data_ptr<int8_t>(),
                   mm.data_ptr<int8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr()),
                   reinterpret_cast<const uint16_t*>(dm.data_ptr()), static_cast<int>(bits)};

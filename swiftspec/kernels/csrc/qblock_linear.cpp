@@ -55,11 +55,7 @@ at::Tensor qblock_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
   thread_local QScratch cached;
   QScratch fresh;
   const ActQ act = quantize(x, K, x.size(0) <= kMaxSmallRows ? cached : fresh);
-  at::Tensor b32;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->numel() == N, "qblock_linear: bias must have N elements");
-    b32 = bias->to(at::kFloat).contiguous();
-  }
+  const at::Tensor b32 = bias_fp32(bias, N, "qblock_linear");
   const QBlockW w{q.data_ptr<uint8_t>(), bits == 5 ? qh.data_ptr<uint8_t>() : nullptr,
                   reinterpret_cast<const uint16_t*>(d.data_ptr()), K, static_cast<int>(bits)};
   const OutSpec o{out.data_ptr(), b32.defined() ? b32.data_ptr<float>() : nullptr, x.size(0), N, N,

@@ -6,6 +6,12 @@
 
 namespace swiftspec {
 
+at::Tensor bias_fp32(const c10::optional<at::Tensor>& bias, int64_t N, const char* op) {
+  if (!bias.has_value() || !bias->defined()) return at::Tensor();
+  TORCH_CHECK(bias->numel() == N, op, ": bias must have N elements");
+  return bias->to(at::kFloat).contiguous();
+}
+
 // AVX-512 VNNI's vpdpbusd, AVX-VNNI's, else the AVX2 path (the AVX-512 level without VNNI too).
 int64_t quant_linear_path(int64_t level) {
   return level >= kAvx512Vnni ? kAvx512Vnni : level == kAvx2Vnni ? kAvx2Vnni : level >= kAvx2 ? kAvx2 : kNoIsa;
@@ -79,11 +85,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   Scratch fresh;
   const ActQ act = quantize_activations(x, K, Kp, static_cast<int>(blk), int4, isa,
                                         x.size(0) <= kCachedRows ? cached : fresh);
-  at::Tensor b32;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->numel() == N, "quant_linear: bias must have N elements");
-    b32 = bias->to(at::kFloat).contiguous();
-  }
+  const at::Tensor b32 = bias_fp32(bias, N, "quant_linear");
   const PackedW w{q.data_ptr<uint8_t>(),
                   int4 ? nullptr : scale.data_ptr<float>(),
                   int4 ? reinterpret_cast<const uint16_t*>(d.data_ptr()) : nullptr,
