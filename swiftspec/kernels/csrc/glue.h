@@ -34,6 +34,10 @@ void check_level(int64_t level, const char* what);  // kAvx2 <= level, supported
 // A linear's bias as contiguous fp32 (undefined when there is none); op names it in the error when
 // it does not have N elements.  Defined in quant_linear.cpp.
 at::Tensor bias_fp32(const c10::optional<at::Tensor>& bias, int64_t N, const char* op);
+// The GGUF linears' argument checks (quant_linear.cpp): x a row-major [M, K] bf16/fp32 CPU tensor;
+// a packed stream `what` contiguous, on the CPU, of dtype dt and numel elements.
+void check_gguf_x(const at::Tensor& x, int64_t K, const char* op);
+void check_stream(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* op, const char* what);
 
 // Each op's path at a level: the level whose code it runs (kNoIsa: the op refuses; use torch).
 int64_t quant_linear_path(int64_t level);

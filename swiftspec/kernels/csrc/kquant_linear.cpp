@@ -55,11 +55,6 @@ KAct quantize(const at::Tensor& x, int64_t K, int sub, const KPath& path, KScrat
   return KAct{xq, xs, xsum, K};
 }
 
-void check(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* what) {
-  TORCH_CHECK(t.scalar_type() == dt && t.is_contiguous() && t.numel() == numel && t.device().is_cpu(),
-              "kquant_linear: bad ", what, " (dtype, size or layout)");
-}
-
 }  // namespace
 
 // y[M, N] = x[M, K] @ W^T (+ bias), W packed as in swiftspec/kernels/kquant.py (fmt q4k / q5k / q6k).
@@ -68,19 +63,16 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level) {
   check_level(level, "kquant_linear");
   TORCH_CHECK(bits == 4 || bits == 5 || bits == 6, "kquant_linear: bits must be 4, 5 or 6");
-  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.size(1) == K && x.stride(1) == 1,
-              "kquant_linear: x must be a row-major [M, K] CPU tensor");
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
-              "kquant_linear: x must be bfloat16 or float32");
+  check_gguf_x(x, K, "kquant_linear");
   TORCH_CHECK(N > 0 && K > 0 && K % kSuperK == 0, "kquant_linear: K must be a positive multiple of 256");
   const int sub = ksub(static_cast<int>(bits));
   const int64_t T = (N + kTileN - 1) / kTileN, TN = T * kTileN;
-  check(q, at::kByte, TN * K / 2, "q");
-  if (bits != 4) check(qh, at::kByte, TN * K / (bits == 6 ? 4 : 8), "qh");
-  check(sc, at::kChar, TN * K / sub, "sc");
-  check(mm, at::kChar, TN * K / sub, "mm");
-  check(d, at::kHalf, TN * K / kSuperK, "d");
-  check(dm, at::kHalf, TN * K / kSuperK, "dm");
+  check_stream(q, at::kByte, TN * K / 2, "kquant_linear", "q");
+  if (bits != 4) check_stream(qh, at::kByte, TN * K / (bits == 6 ? 4 : 8), "kquant_linear", "qh");
+  check_stream(sc, at::kChar, TN * K / sub, "kquant_linear", "sc");
+  check_stream(mm, at::kChar, TN * K / sub, "kquant_linear", "mm");
+  check_stream(d, at::kHalf, TN * K / kSuperK, "kquant_linear", "d");
+  check_stream(dm, at::kHalf, TN * K / kSuperK, "kquant_linear", "dm");
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   if (x.size(0) == 0) return out;
   thread_local KScratch cached;

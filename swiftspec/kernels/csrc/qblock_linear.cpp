@@ -29,11 +29,6 @@ ActQ quantize(const at::Tensor& x, int64_t K, QScratch& s) {
   return a;
 }
 
-void check(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* what) {
-  TORCH_CHECK(t.scalar_type() == dt && t.is_contiguous() && t.numel() == numel && t.device().is_cpu(),
-              "qblock_linear: bad ", what, " (dtype, size or layout)");
-}
-
 }  // namespace
 
 // y[M, N] = x[M, K] @ W^T (+ bias), W packed as in swiftspec/kernels/qblock.py (bits 8, 5 or 4).
@@ -41,15 +36,12 @@ at::Tensor qblock_linear(const at::Tensor& x, const at::Tensor& q, const at::Ten
                          const c10::optional<at::Tensor>& bias, int64_t bits, int64_t N, int64_t K, int64_t level) {
   check_level(level, "qblock_linear");
   TORCH_CHECK(bits == 8 || bits == 5 || bits == 4, "qblock_linear: bits must be 8, 5 or 4");
-  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.size(1) == K && x.stride(1) == 1,
-              "qblock_linear: x must be a row-major [M, K] CPU tensor");
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
-              "qblock_linear: x must be bfloat16 or float32");
+  check_gguf_x(x, K, "qblock_linear");
   TORCH_CHECK(N > 0 && K > 0 && K % kQBlock == 0, "qblock_linear: K must be a positive multiple of 32");
   const int64_t T = (N + kTileN - 1) / kTileN, TN = T * kTileN;
-  check(q, at::kByte, bits == 8 ? TN * K : TN * K / 2, "q");
-  if (bits == 5) check(qh, at::kByte, TN * K / 8, "qh");
-  check(d, at::kHalf, TN * K / kQBlock, "d");
+  check_stream(q, at::kByte, bits == 8 ? TN * K : TN * K / 2, "qblock_linear", "q");
+  if (bits == 5) check_stream(qh, at::kByte, TN * K / 8, "qblock_linear", "qh");
+  check_stream(d, at::kHalf, TN * K / kQBlock, "qblock_linear", "d");
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   if (x.size(0) == 0) return out;
   thread_local QScratch cached;

@@ -12,6 +12,17 @@ at::Tensor bias_fp32(const c10::optional<at::Tensor>& bias, int64_t N, const cha
   return bias->to(at::kFloat).contiguous();
 }
 
+void check_gguf_x(const at::Tensor& x, int64_t K, const char* op) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.size(1) == K && x.stride(1) == 1,
+              op, ": x must be a row-major [M, K] CPU tensor");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, op, ": x must be bfloat16 or float32");
+}
+
+void check_stream(const at::Tensor& t, at::ScalarType dt, int64_t numel, const char* op, const char* what) {
+  TORCH_CHECK(t.scalar_type() == dt && t.is_contiguous() && t.numel() == numel && t.device().is_cpu(),
+              op, ": bad ", what, " (dtype, size or layout)");
+}
+
 // AVX-512 VNNI's vpdpbusd, AVX-VNNI's, else the AVX2 path (the AVX-512 level without VNNI too).
 int64_t quant_linear_path(int64_t level) {
   return level >= kAvx512Vnni ? kAvx512Vnni : level == kAvx2Vnni ? kAvx2Vnni : level >= kAvx2 ? kAvx2 : kNoIsa;
