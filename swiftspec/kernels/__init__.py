@@ -21,14 +21,9 @@ from swiftspec.kernels.convert import (
 )
 from swiftspec.kernels.decoder import MAX_DECODER_ROWS
 from swiftspec.kernels.decoder import CpuDecoder, LayerWeights, cpu_decoder
-from swiftspec.kernels.quant import (
-    PackedWeight,
-    dequantize,
-    quant_linear_a8_ref,
-    quant_linear_ref,
-    quantize_int4,
-    quantize_int8,
-)
+from swiftspec.kernels.packed import PackedWeight
+from swiftspec.kernels.quant import quantize_int4, quantize_int8
+from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quant_linear_ref
 from swiftspec.kernels.rowwise import rms_norm_ref
 from swiftspec.kernels.swiglu import (
     MAX_SWIGLU_ROWS,
@@ -62,7 +57,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor | PackedWeight, bias: torch.Ten
     devices and dtypes run F.linear.  An
     int8/int4 (or GGUF blocks as stored, see kquant.py and qblock.py) PackedWeight runs the C++ kernel when x is a bf16/fp32 CPU tensor and the extension
     is built (x rows quantized to int8 per K-block, see quant.py), and the exact torch reference
-    otherwise (other devices or dtypes, or no compiler)."""
+    otherwise (other devices or dtypes, or no compiler).  F.linear on a PackedWeight comes here
+    (PackedWeight.route_linear, below)."""
     if not isinstance(weight, PackedWeight):
         return F.linear(x, weight, bias)
     if weight.fmt == "bf16":
@@ -77,6 +73,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor | PackedWeight, bias: torch.Ten
         if cpu_ext.available("quant_linear"):
             return cpu_ext.quant_linear(x, weight, bias)
     return quant_linear_ref(x, weight, bias)
+
+
+PackedWeight.route_linear(linear)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch.Tensor) -> torch.Tensor:

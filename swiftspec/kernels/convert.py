@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from swiftspec.kernels import capability, cpu_ext
-from swiftspec.kernels.quant import PackedWeight, quantize_int4, quantize_int8, wrap_bf16
+from swiftspec.kernels.packed import PackedWeight
+from swiftspec.kernels.quant import quantize_int4, quantize_int8, wrap_bf16
 
 FORMATS = ("bf16", "int8", "int4")
 # Layers whose forward is y = F.linear(x, self.weight, bias) (matched on the class hierarchy, so

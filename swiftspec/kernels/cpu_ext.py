@@ -28,7 +28,8 @@ from types import ModuleType
 import torch
 
 from swiftspec.errors import UserError
-from swiftspec.kernels.quant import PackedWeight, int4_fit_ref
+from swiftspec.kernels.packed import PackedWeight
+from swiftspec.kernels.quant import int4_fit_ref
 
 _CSRC = Path(__file__).parent / "csrc"
 MAX_SMALL_ROWS = 16  # kMaxSmallRows in glue.h; larger calls (prefill) go to the prefill paths

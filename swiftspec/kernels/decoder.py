@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.quant import PackedWeight
+from swiftspec.kernels.packed import PackedWeight
 
 MAX_DECODER_ROWS = cpu_ext.MAX_SMALL_ROWS  # longer calls (prefill) run the unfused model
 _EMPTY = torch.empty(0)

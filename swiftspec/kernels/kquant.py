@@ -20,7 +20,7 @@ both); ``scale`` (d) and ``mins`` (dm) fp16 [T, K/256, 16].  Bytes per weight: 4
 (q6k; 7.125 for a fused one holding Q4_K or Q5_K rows), 5.625 (q5k).
 
 The kernel quantizes activations to int8 per 256 k (``quantize_act_ref(x, 256)``) and sums the
-integer products exactly; ``quant.quant_linear_a8_ref`` (group_size 256) is that math in torch.
+integer products exactly; ``quant_ref.quant_linear_a8_ref`` (group_size 256) is that math in torch.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from swiftspec.kernels.quant import TILE_N, PackedWeight, _tiles, quantize_act_ref
+from swiftspec.kernels.packed import TILE_N, PackedWeight, num_tiles, pad_rows, tile_fields, untile_fields
 
 SUPER_K = 256
 TYPES = ("Q4_K", "Q5_K", "Q6_K")  # the GGUF types held here
@@ -144,13 +144,6 @@ def _decoded_weight(dec: Decoded) -> torch.Tensor:
     return torch.from_numpy(w.reshape(rows, k))
 
 
-def pad_rows(a: np.ndarray, rows: int) -> torch.Tensor:
-    """a [n, ...] zero-padded to `rows` rows (a whole number of tiles), as a tensor."""
-    out = np.zeros((rows, *a.shape[1:]), dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return torch.from_numpy(out)
-
-
 @dataclass
 class Packed:
     """One chunk's tiles in the packed layout (module docstring); qh is empty for 4 bits."""
@@ -163,24 +156,9 @@ class Packed:
     dm: torch.Tensor
 
 
-def tile_fields(v: torch.Tensor, width: int) -> torch.Tensor:
-    """Values v [T * 16, K] uint8 (< 2^width; width 4, 2 or 1) -> packed [T, K * width / 32, 16, 4]:
-    byte i of a channel in group g holds k = 32 g / width + 4 f + i in its bits [width f, width (f + 1)):
-    int4's nibbles (width 4), the 6-bit high pairs (2), the fifth bits (1)."""
-    nf = 8 // width
-    f = v.view(-1, TILE_N, v.shape[1] // (4 * nf), nf, 4)
-    return sum(f[:, :, :, j] << (width * j) for j in range(nf)).permute(0, 2, 1, 3)
-
-
-def untile_fields(b: torch.Tensor, width: int) -> torch.Tensor:
-    """Inverse of tile_fields: packed [T, G, 16, 4] uint8 -> the values [T * 16, K]."""
-    f = torch.stack([(b >> s) & ((1 << width) - 1) for s in range(0, 8, width)], dim=3)
-    return f.permute(0, 2, 1, 3, 4).reshape(b.shape[0] * TILE_N, -1)
-
-
 def _pack_chunk(dec: Decoded) -> Packed:
     """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
-    tn = _tiles(dec.q.shape[0]) * TILE_N
+    tn = num_tiles(dec.q.shape[0]) * TILE_N
     q, sc, mm = pad_rows(dec.q, tn), pad_rows(dec.sc, tn), pad_rows(dec.mm, tn)
     d, dm = pad_rows(dec.d, tn), pad_rows(dec.dm, tn)
     nib = tile_fields(q & 15, 4)

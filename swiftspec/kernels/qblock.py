@@ -12,12 +12,12 @@ Packed layout (T = ceil(N / 16) tiles of 16 channels, padded channels zero; see 
 - "q8_0": ``qweight`` the int8 q as bytes, uint8 [T, K/4, 16, 4] (4 consecutive k of a channel,
   the int8 format's order).  8.5 bits per weight, the file's.
 - "q5_0", "q4_0": ``qweight`` the low 4 bits of u = q + 16 / q + 8 as int4's nibbles, uint8
-  [T, K/8, 16, 4]; q5_0's ``kblocks.qh`` bit 4 of u, uint8 [T, K/32, 16, 4] (kquant.tile_fields).
+  [T, K/8, 16, 4]; q5_0's ``kblocks.qh`` bit 4 of u, uint8 [T, K/32, 16, 4] (packed.tile_fields).
   5.5 and 4.5 bits per weight, the file's.
 A fused linear takes the widest part's format (q4_0 < q5_0 < q8_0): the same q, another offset.
 
 The kernel quantizes activations to int8 per 32 k (``quantize_act_ref(x, 32)``) and sums the
-integer products exactly; ``quant.quant_linear_a8_ref`` (group_size 32) is that math in torch.
+integer products exactly; ``quant_ref.quant_linear_a8_ref`` (group_size 32) is that math in torch.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from swiftspec.kernels.kquant import RawPart, pad_rows, tile_fields, untile_fields
-from swiftspec.kernels.quant import TILE_N, PackedWeight, _tiles
+from swiftspec.kernels.kquant import RawPart
+from swiftspec.kernels.packed import TILE_N, PackedWeight, num_tiles, pad_rows, tile_fields, untile_fields
 
 BLOCK = 32  # k per block: one fp16 scale
 TYPES = ("Q8_0", "Q5_0", "Q4_0")  # the GGUF types held here
@@ -88,7 +88,7 @@ class Tiles:
 
 def _pack_chunk(q: np.ndarray, d: np.ndarray, bits: int) -> Tiles:
     """Rows of one chunk (a multiple of 16, or the last) -> its tiles."""
-    tn = _tiles(q.shape[0]) * TILE_N
+    tn = num_tiles(q.shape[0]) * TILE_N
     k = q.shape[1]
     d_t = pad_rows(d, tn).view(-1, TILE_N, k // BLOCK).permute(0, 2, 1)
     if bits == 8:

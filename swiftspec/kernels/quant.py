@@ -1,4 +1,5 @@
-"""Weight-only int8/int4 packing for the CPU linear kernels, and their plain-torch references.
+"""Weight-only int8/int4 packing for the CPU linear kernels (and bf16 wrapping), their
+dequantization and the int4 search's torch reference.
 
 Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero):
 - int8: per-channel symmetric, w ~= scale[n] * q, q in [-127, 127].  ``qweight`` is uint8
@@ -15,7 +16,8 @@ Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero)
 The kernel quantizes each activation row to int8 per K-block (scale = amax / 127, round half to
 even) and sums exactly in int32 (vpdpbusd does 64 multiply-adds per instruction; fp32 FMA does 16,
 too few to keep M = 8..16 rows bandwidth-bound).  ``quant_linear_a8_ref`` reproduces that math,
-``quant_linear_ref`` is the ideal x @ dequant(W)^T; how far apart they are: docs/bench/code-figures.md.
+``quant_linear_ref`` is the ideal x @ dequant(W)^T (both in quant_ref.py, for every format); how far
+apart they are: docs/bench/code-figures.md.
 A row's result never depends on the other rows of the batch.
 
 - bf16: not quantized.  ``qweight`` is the model's own bf16 [N, K] weight (shared storage, e.g.
@@ -24,52 +26,11 @@ A row's result never depends on the other rows of the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-import torch.nn.functional as F
 
-TILE_N = 16  # output channels per tile: one 512-bit vector of fp32 accumulators
+from swiftspec.kernels.packed import TILE_N, PackedWeight, num_tiles
+
 BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group size)
-
-
-@dataclass(frozen=True, eq=False)
-class PackedWeight:
-    """A packed [N, K] weight (or a bf16 one wrapped as is); F.linear(x, qw, b) on it routes to swiftspec.kernels.linear."""
-
-    fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q5k" | "q6k" (GGUF K-quants, kquant.py) | "q8_0" | "q5_0" | "q4_0" (qblock.py)
-    shape: tuple[int, int]  # logical (N, K)
-    group_size: int  # int4: K-group of d/mn; int8: activation K-block
-    qweight: torch.Tensor  # uint8, layout in the module docstring; bf16: the [N, K] weight
-    scale: torch.Tensor  # int8: fp32 [T * 16]; int4: fp16 [T, K/G, 16]; bf16: empty
-    mins: torch.Tensor | None = None  # int4: fp16 [T, K/G, 16]; int8: None
-    kblocks: object | None = None  # K-quants: kquant.KBlocks (high bits, sub-block scales and mins); q5_0: qblock.HighBits
-
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
-
-    @property
-    def nbytes(self) -> int:
-        extra = 0 if self.mins is None else self.mins.numel() * self.mins.element_size()
-        extra += 0 if self.kblocks is None else self.kblocks.nbytes
-        return self.qweight.numel() * self.qweight.element_size() + self.scale.numel() * self.scale.element_size() + extra
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
-        """Lets unmodified layers that call F.linear(x, weight, bias) run quantized."""
-        if func is not F.linear:
-            return NotImplemented
-        from swiftspec.kernels import linear  # the one dispatch point; imported late (cycle)
-
-        params = {**dict(zip(("input", "weight", "bias"), args)), **(kwargs or {})}
-        return linear(params["input"], params["weight"], params.get("bias"))
-
-
-def _tiles(n: int) -> int:
-    return -(-n // TILE_N)
-
-
 CHUNK_ROWS = 8192  # rows quantized at a time (a multiple of TILE_N): bounds fp32 temporaries
 
 
@@ -87,14 +48,14 @@ def quantize_int8(w: torch.Tensor, block: int | None = None) -> PackedWeight:
         block = next((b for b in BLOCKS if k % b == 0), 32)
     if block not in BLOCKS:
         raise ValueError(f"int8 block must be one of {BLOCKS}, got {block}")
-    kp, t = -(-k // block) * block, _tiles(n)
+    kp, t = -(-k // block) * block, num_tiles(n)
     packed = torch.empty(t, kp // 4, TILE_N, 4, dtype=torch.uint8)
     scales = torch.zeros(t * TILE_N, dtype=torch.float32)
     for r0 in range(0, n, CHUNK_ROWS):
         wc = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu()  # [rows, K]
         scale = wc.abs().amax(dim=1) / 127.0
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        q = torch.zeros(_tiles(wc.shape[0]) * TILE_N, kp, dtype=torch.int16)
+        q = torch.zeros(num_tiles(wc.shape[0]) * TILE_N, kp, dtype=torch.int16)
         q[: wc.shape[0], :k] = torch.round(wc / scale[:, None]).clamp_(-127, 127).to(torch.int16)
         q = (q + 128).to(torch.uint8).view(-1, TILE_N, kp // 4, 4).permute(0, 2, 1, 3)
         packed[r0 // TILE_N : r0 // TILE_N + q.shape[0]] = q
@@ -167,7 +128,7 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128, fit=int4_fit_ref) -> P
     n, k = w.shape
     if group_size not in BLOCKS or k % group_size:
         raise ValueError(f"int4 needs group_size in {BLOCKS} dividing K={k}, got {group_size}")
-    t, ng = _tiles(n), k // group_size
+    t, ng = num_tiles(n), k // group_size
     packed = torch.empty(t, k // 8, TILE_N, 4, dtype=torch.uint8)
     d_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
     m_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
@@ -180,7 +141,7 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128, fit=int4_fit_ref) -> P
             raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")
         d, m = d16.float()[..., None], m16.float()[..., None]
         q = torch.where(d > 0, torch.round((g - m) / torch.where(d > 0, d, 1.0)), 0.0).clamp_(0, 15)
-        qp = torch.zeros(_tiles(rows) * TILE_N, k, dtype=torch.uint8)
+        qp = torch.zeros(num_tiles(rows) * TILE_N, k, dtype=torch.uint8)
         qp[:rows] = q.view(rows, k).to(torch.uint8)
         qp = qp.view(-1, TILE_N, k // 8, 2, 4)  # k = 8 s + 4 h + i
         nibbles = (qp[:, :, :, 0] | (qp[:, :, :, 1] << 4)).permute(0, 2, 1, 3)  # [tiles, K/8, 16, 4]
@@ -198,19 +159,11 @@ def wrap_bf16(w: torch.Tensor) -> PackedWeight:
     return PackedWeight("bf16", tuple(w.shape), 0, w.detach(), torch.empty(0))
 
 
-def dequantize(qw: PackedWeight) -> torch.Tensor:
-    """The fp32 [N, K] weight that ``qw`` represents."""
+def dequantize_int(qw: PackedWeight) -> torch.Tensor:
+    """The fp32 [N, K] weight of an int8, int4 or (wrapped) bf16 PackedWeight."""
     n, k = qw.shape
     if qw.fmt == "bf16":
         return qw.qweight.float()
-    if qw.fmt in ("q4k", "q5k", "q6k"):
-        from swiftspec.kernels.kquant import dequantize_k  # kquant imports this module
-
-        return dequantize_k(qw)
-    if qw.fmt in ("q8_0", "q5_0", "q4_0"):
-        from swiftspec.kernels.qblock import dequantize_q  # qblock imports this module
-
-        return dequantize_q(qw)
     t = qw.qweight.shape[0]
     if qw.fmt == "int8":
         q = qw.qweight.permute(0, 2, 1, 3).reshape(t * TILE_N, -1).float() - 128.0
@@ -223,37 +176,3 @@ def dequantize(qw: PackedWeight) -> torch.Tensor:
         return v.permute(0, 2, 1).reshape(t * TILE_N, -1).float().repeat_interleave(qw.group_size, 1)
 
     return (per_k(qw.scale) * q + per_k(qw.mins))[:n]
-
-
-def quantize_act_ref(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [M, K] -> (q [M, Kp] fp32 holding int8 values, scale [M, Kp/block]) as the kernel does."""
-    m, k = x.shape
-    kp = -(-k // block) * block
-    xb = F.pad(x.float(), (0, kp - k)).view(m, kp // block, block)
-    amax = xb.abs().amax(dim=-1, keepdim=True)
-    # Tensor / tensor is an IEEE division, as in the kernel (a python-scalar numerator would go
-    # through a rounded reciprocal and flip some roundings).
-    c127 = torch.full_like(amax, 127.0)
-    inv = torch.where(amax > 0, c127 / torch.where(amax > 0, amax, 1.0), 0.0)
-    q = torch.round(xb * inv).clamp_(-127, 127)
-    return q.view(m, kp), (amax / c127).view(m, -1)
-
-
-def quant_linear_ref(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Ideal result: x [..., K] @ dequant(qw)^T [K, N] (+ bias) in fp32, cast to x.dtype."""
-    y = x.float() @ dequantize(qw).to(x.device).T
-    if bias is not None:
-        y = y + bias.float()
-    return y.to(x.dtype)
-
-
-def quant_linear_a8_ref(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The kernel's numerics: x rows quantized to int8 per K-block, then exact products (the
-    K-quant formats' K-block is their super-block of 256)."""
-    x2 = x.reshape(-1, qw.shape[1])
-    q, s = quantize_act_ref(x2, qw.group_size)
-    xd = (q.view(x2.shape[0], -1, qw.group_size) * s[..., None]).view(x2.shape[0], -1)
-    y = xd[:, : qw.shape[1]] @ dequantize(qw).to(x.device).T
-    if bias is not None:
-        y = y + bias.float()
-    return y.to(x.dtype).view(*x.shape[:-1], qw.shape[0])

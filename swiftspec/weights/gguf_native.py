@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from swiftspec.kernels import kquant, qblock
-from swiftspec.kernels.quant import TILE_N
+from swiftspec.kernels.packed import TILE_N
 from swiftspec.model.transformer import _route
 from swiftspec.weights.gguf import GGUFCheckpoint, TensorSpec
 

@@ -17,7 +17,7 @@ import torch
 
 from swiftspec.kernels import cpu_ext, qblock
 from swiftspec.kernels.kquant import RawPart
-from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quantize_act_ref
+from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quantize_act_ref
 
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402

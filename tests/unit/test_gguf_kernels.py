@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from swiftspec.kernels import cpu_ext, kquant
-from swiftspec.kernels.quant import dequantize, quant_linear_a8_ref, quantize_act_ref
+from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quantize_act_ref
 from swiftspec.weights.tiny import random_kquant_blocks as random_blocks
 
 gguf_quants = pytest.importorskip("gguf.quants")

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig
-from swiftspec.kernels.quant import PackedWeight, dequantize
+from swiftspec.kernels.packed import PackedWeight
+from swiftspec.kernels.quant_ref import dequantize
 from swiftspec.exec.load import load_target
 from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights import load_model

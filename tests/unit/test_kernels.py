@@ -19,7 +19,8 @@ from torch import nn
 
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.quant import dequantize, int4_fit_ref, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
+from swiftspec.kernels.quant import int4_fit_ref
+from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
 
 
