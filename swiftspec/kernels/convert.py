@@ -34,7 +34,7 @@ def quantize_weight(w: torch.Tensor, fmt: str, group_size: int | None = None) ->
         return wrap_bf16(w)
     if fmt == "int8":
         return quantize_int8(w, group_size)
-    return quantize_int4(w, group_size or 128, fit=cpu_ext.int4_fit)
+    return quantize_int4(w, group_size or 128)
 
 
 def quantize_linear_(module: nn.Module, fmt: str, group_size: int | None = None) -> nn.Module:

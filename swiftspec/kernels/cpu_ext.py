@@ -29,7 +29,6 @@ import torch
 
 from swiftspec.errors import UserError
 from swiftspec.kernels.packed import PackedWeight
-from swiftspec.kernels.quant import int4_fit_ref
 
 _CSRC = Path(__file__).parent / "csrc"
 MAX_SMALL_ROWS = 16  # kMaxSmallRows in glue.h; larger calls (prefill) go to the prefill paths
@@ -226,10 +225,9 @@ def quant_linear(x: torch.Tensor, qw: PackedWeight, bias: torch.Tensor | None = 
 
 
 def int4_fit(groups: torch.Tensor) -> torch.Tensor:
-    """quant.int4_fit_ref's search in C++ (the same rule, the same result on every CPU), or the
-    torch reference where the kernels are unavailable.  groups [G, n] fp32 -> [G, 2] (d, mn)."""
-    ext = load()
-    return ext.int4_fit(groups.float().contiguous()) if ext is not None else int4_fit_ref(groups)
+    """quant.int4_fit_ref's search in C++ (the same rule, the same result on every CPU; plain
+    x86-64 code, so it runs whenever the extension loads).  groups [G, n] fp32 -> [G, 2] (d, mn)."""
+    return _built().int4_fit(groups.float().contiguous())
 
 
 def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,

@@ -7,8 +7,8 @@ Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero)
   operand order of vpdpbusd.  K is zero-padded to Kp, a multiple of ``group_size`` (the K-block
   over which the kernel quantizes activations).
 - int4: group-wise asymmetric, w ~= d[n, g] * q + mn[n, g], q in [0, 15] (llama.cpp's Q4_1).
-  Each group's (d, mn) is searched as llama.cpp's K-quants do (``int4_fit_ref``; the C++ twin,
-  csrc/int4_fit.cpp, is what conversion runs), not taken from the group's min and max.
+  Each group's (d, mn) is searched as llama.cpp's K-quants do (``int4_fit``: csrc/int4_fit.cpp,
+  or its torch twin ``int4_fit_ref`` without the extension), not taken from the group's min and max.
   ``qweight`` is uint8 [T, K/8, 16, 4]: byte i of a channel's 4 bytes holds k = 8s + i in its low
   and k = 8s + 4 + i in its high nibble, so one shift + mask gives two vpdpbusd operands.
   ``scale`` (d) and ``mins`` (mn) are fp16 [T, K/G, 16].
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.packed import TILE_N, PackedWeight, num_tiles
 
 BLOCKS = (128, 64, 32)  # supported K-blocks (int8 activation block / int4 group size)
@@ -119,11 +120,18 @@ def _int4_fit_chunk(groups: torch.Tensor) -> torch.Tensor:
     return torch.stack((best_d, best_m), 1).float()
 
 
-def quantize_int4(w: torch.Tensor, group_size: int = 128, fit=int4_fit_ref) -> PackedWeight:  # noqa: ANN001
-    """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0.
+def int4_fit(groups: torch.Tensor) -> torch.Tensor:
+    """Each group's int4 (d, mn): groups [G, n] fp32 -> [G, 2] fp32.  The C++ search where the
+    extension is built (the same bits on every CPU), else int4_fit_ref (the same rule; its sums run
+    in another order, so a near-tie may go the other way)."""
+    if cpu_ext.load() is not None:
+        return cpu_ext.int4_fit(groups)
+    return int4_fit_ref(groups)
 
-    fit: groups [G, group_size] fp32 -> [G, 2] (d, mn) before rounding to fp16 (int4_fit_ref, or
-    cpu_ext.int4_fit, its C++ twin, which conversion uses)."""
+
+def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
+    """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0.
+    Each group's (d, mn) is int4_fit's, rounded to fp16; conversion (convert.py) packs with this."""
     _check_weight(w)
     n, k = w.shape
     if group_size not in BLOCKS or k % group_size:
@@ -135,7 +143,7 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128, fit=int4_fit_ref) -> P
     for r0 in range(0, n, CHUNK_ROWS):
         g = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu().contiguous().view(-1, ng, group_size)
         rows = g.shape[0]
-        dm = fit(g.view(-1, group_size)).view(rows, ng, 2)
+        dm = int4_fit(g.view(-1, group_size)).view(rows, ng, 2)
         d16, m16 = dm[..., 0].half(), dm[..., 1].half()  # [rows, K/G]
         if not (torch.isfinite(d16).all() and torch.isfinite(m16).all()):
             raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")

@@ -110,7 +110,7 @@ def _int4_error(groups: torch.Tensor, dm: torch.Tensor, weighted: bool) -> torch
 def test_int4_fit_beats_min_max_rounding_on_every_cpu_the_same_way(ext, n) -> None:
     """The searched (d, mn) of each group errs less than min-max rounding (weighted, as searched;
     and plainly, on average); the C++ search equals its torch twin up to summation order, and a
-    flat group gets d = 0."""
+    flat group gets d = 0.  Conversion and quantize_int4 both pack with the C++ search."""
     torch.manual_seed(n)
     groups = torch.cat([torch.randn(3000, n) * torch.rand(3000, 1),  # Gaussian groups of mixed scale
                         torch.randn(1000, n).pow(3),  # heavy tails: outliers the search may clip
@@ -125,8 +125,11 @@ def test_int4_fit_beats_min_max_rounding_on_every_cpu_the_same_way(ext, n) -> No
     same = ((fit - ref).abs() <= 1e-4 * ref.abs() + 1e-7).all(1)
     assert same.float().mean() > 0.99
     assert torch.equal(fit[-2:], torch.tensor([[0.0, 0.25], [0.0, 0.25]]))
-    qw = kernels.quantize_weight(groups[:16 * (len(groups) // 16)].reshape(-1, 4 * n), "int4", n)
+    w = groups[:16 * (len(groups) // 16)].reshape(-1, 4 * n)
+    qw = kernels.quantize_weight(w, "int4", n)
     assert torch.equal(qw.scale.permute(0, 2, 1).reshape(-1), fit[: qw.scale.numel(), 0].half())  # conversion runs the C++ fit
+    direct = kernels.quantize_int4(w, n)  # direct quantization packs the same bytes as conversion
+    assert all(torch.equal(getattr(direct, f), getattr(qw, f)) for f in ("qweight", "scale", "mins"))
 
 
 @pytest.mark.parametrize("fmt", ["int4", "int8"])
@@ -186,14 +189,17 @@ def test_fallback_without_extension(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(cpu_ext, "_state", {})
     monkeypatch.setattr(cpu_ext, "_build", no_compiler)
-    qw = kernels.quantize_int4(torch.randn(20, 64), 32)
-    x = torch.randn(3, 64).to(torch.bfloat16)
+    w = torch.randn(20, 64)
     with pytest.warns(RuntimeWarning, match="no compiler in this test"):
-        y = kernels.linear(x, qw)
-    assert torch.equal(y, quant_linear_ref(x, qw))
+        qw = kernels.quantize_int4(w, 32)  # the int4 search falls back to its torch twin
+    d = qw.scale.permute(0, 2, 1).reshape(-1, 2)[:20]  # [rows, K/32]
+    assert torch.equal(d, int4_fit_ref(w.view(-1, 32))[:, 0].half().view(20, 2))
+    x = torch.randn(3, 64).to(torch.bfloat16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once only
+        y = kernels.linear(x, qw)
         assert torch.equal(kernels.linear(x, qw), y)
+    assert torch.equal(y, quant_linear_ref(x, qw))
     assert cpu_ext.isa() == "none"
 
 
