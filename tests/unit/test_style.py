@@ -1,9 +1,11 @@
 """The house rules hold for the whole package (sizes, tuple returns, no globals, one direction of
-imports between the layers, no cycle between packages), and the checker catches a break of them."""
+imports between the layers, no cycle between packages nor between the files of one), and the
+checker catches a break of them."""
 
 import importlib.util
 import pathlib
 import shutil
+import sys
 
 import pytest
 
@@ -14,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def style():
     spec = importlib.util.spec_from_file_location("check_style", ROOT / "tools" / "check_style.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["check_style"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -60,3 +63,29 @@ def test_checker_fails_when_serve_and_bench_meet(style, tmp_path) -> None:
     package = _copy(tmp_path)
     _plant(package, "serve/metrics.py", "from swiftspec import bench  # noqa")
     assert any("serve and bench stay independent" in p for p in style.check(package))
+
+
+def test_checker_fails_on_a_lazy_import_cycle_between_files(style, tmp_path) -> None:
+    package = _copy(tmp_path)
+    _plant(package, "kernels/packed.py", "def _up():\n    from swiftspec.kernels import linear  # noqa")
+    problems = style.check(package)
+    assert any("import cycle between files: swiftspec.kernels -> " in p and "swiftspec.kernels.packed" in p
+               for p in problems)
+
+
+def test_kernels_file_graph_is_acyclic_with_packed_at_the_bottom(style) -> None:
+    lines = style.graph_lines(ROOT / "swiftspec" / "kernels")
+    assert not any(line.startswith("cycle:") for line in lines)
+    graph = dict(line.split(" -> ") for line in lines)
+    assert graph["packed"] == "(none)" and graph["quant"] == "cpu_ext, packed"
+    assert graph["kquant"] == "packed" and "quant" not in graph["qblock"].split(", ")
+    assert lines.index("packed -> (none)") < lines.index(f"kquant -> {graph['kquant']}")
+
+
+def test_file_cycles_are_found_and_imports_resolve_to_files(style) -> None:
+    edges = {"a": {"b"}, "b": {"a", "c"}, "c": set(), "d": {"d"}}
+    assert style.cycle_groups(edges) == [frozenset("ab"), frozenset("d")]
+    files = {"swiftspec.kernels", "swiftspec.kernels.packed", "swiftspec.kernels.quant"}
+    tree = style.ast.parse("def f():\n    from swiftspec.kernels import linear, packed\nimport torch")
+    assert sorted(style.imported_files("swiftspec.kernels.quant", False, tree, files)) == [
+        (2, "swiftspec.kernels"), (2, "swiftspec.kernels.packed")]
