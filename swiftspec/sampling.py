@@ -1,10 +1,14 @@
-"""Logits processing (temperature, top-k, top-p, min-p) and sampling without host syncs.
+"""Logits processing (temperature, top-k, top-p, min-p) and sampling without host syncs:
+position-keyed draws (Draws, sample_at) for the engines, the exponential race (sample) for
+verify.stochastic.
 
 Target and draft go through the same `process_logits`, so p and q see identical processors.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -36,13 +40,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
-
-    @property
-    def reproducible(self) -> bool:
-        """A seeded sampled request: its text must depend on the seed alone. A sampled tree's shape
-        decides which random draws verification makes, so engines give it rounds of a fixed shape,
-        never shaped by measured times or by when a message arrived."""
-        return self.seed is not None and not self.greedy
 
 
 def process_logits(logits: Tensor, params: SamplingParams) -> Tensor:
@@ -114,21 +111,68 @@ def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
     return (probs.float() / race).argmax(-1)
 
 
-def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
-    """A generator on `device`, seeded with `seed` (or from OS entropy when seed is None)."""
-    generator = torch.Generator(device=device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(seed)
-    return generator
+MASK64 = (1 << 64) - 1
 
 
-def pick_tokens(logits: Tensor, params: SamplingParams, generator: torch.Generator | None) -> Tensor:
-    """One token per row of logits [N, V] -> [N] int64: argmax when greedy, else a sample of p."""
+def _splitmix64(x: int) -> int:
+    """One step of SplitMix64 (Steele, Lea and Flood 2014): a 64-bit integer hash."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+@dataclass(frozen=True, slots=True)
+class Draws:
+    """The uniforms that sampled tokens are drawn with: one per position in the sequence, a hash of
+    the request's seed and that position alone.
+
+    A sampled token is the inverse CDF of its distribution at its position's uniform (sample_at).
+    So which token a position gets does not depend on how decoding reached it: an autoregressive
+    step, a chain or any verified tree (verify.verify_sampled) draw the same token, and a seeded
+    request gives the same text in every mode, whatever shape its rounds take.  Each position's
+    uniform is used once along the emitted sequence, so tokens follow the target's distribution."""
+
+    seed: int  # 64-bit
+
+    @classmethod
+    def for_request(cls, params: SamplingParams) -> Draws:
+        """The draws of a request's seed (with_seed gives every sampled request one)."""
+        return cls((params.seed or 0) & MASK64)
+
+    def uniforms(self, position: int, count: int, device: torch.device | str = "cpu") -> Tensor:
+        """[count] float64 in [0, 1): the uniforms of positions position .. position + count - 1."""
+        key = _splitmix64(self.seed)
+        values = [(_splitmix64(key ^ p) >> 11) * 2.0**-53 for p in range(position, position + count)]
+        return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def with_seed(params: SamplingParams) -> SamplingParams:
+    """params with a seed: a sampled request without one gets one from OS entropy (63 bits), so
+    that its target and its draft read the same Draws."""
+    if params.greedy or params.seed is not None:
+        return params
+    return dataclasses.replace(params, seed=secrets.randbits(63))
+
+
+def sample_at(probs: Tensor, uniforms: Tensor) -> Tensor:
+    """The inverse CDF of each row of probs [N, V] at uniforms [N] float64 in [0, 1) -> [N] int64:
+    the first token whose cumulative probability (vocabulary order, float64) passes u times the
+    row's total.  Token i is picked for u in an interval of width p_i, so never a token of no mass."""
+    cdf = probs.double().cumsum(-1)  # [N, V]
+    total = cdf[:, -1:]  # [N, 1]
+    below = torch.nextafter(total, torch.zeros_like(total))  # the target stays under the total
+    target = torch.minimum(uniforms[:, None] * total, below)  # [N, 1]
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
+
+
+def pick_tokens(logits: Tensor, params: SamplingParams, draws: Draws, position: int) -> Tensor:
+    """Tokens of positions position .. position + N - 1 from logits [N, V] -> [N] int64 (one row
+    per position): argmax when greedy, else sample_at with the positions' uniforms (Draws)."""
     if params.greedy:
         return logits.argmax(-1)
-    return sample(process_logits(logits, params), generator)
+    probs = process_logits(logits, params)
+    return sample_at(probs, draws.uniforms(position, probs.shape[0], probs.device))
 
 
 def draft_logprobs(logits: Tensor, params: SamplingParams) -> Tensor:

@@ -28,7 +28,7 @@ from swiftspec.runtime.startup import StartupProfile, Warmup, async_profile
 from swiftspec.runtime.supervisor import Limits
 from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.runtime.worker_group import WorkerGroup
-from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.spec import TreeVerifier
 from swiftspec.tree import mask_from_parents
 from swiftspec.weights import load_tokenizer, model_args, resolve_source
@@ -138,17 +138,18 @@ class AsyncEngine:
                   plan: StartupProfile) -> Iterator[list[int]]:
         """Algorithm 1, target side: prefill, start the draft, then verify round after round."""
         timeline, flow = Timeline(), Flow()
-        rng = make_generator(params.seed, self.verifier.runner.device)
+        params = with_seed(params)  # the target's and the draft's draws (sampling.Draws)
+        draws = Draws.for_request(params)
         limit = self.limits.prefill(len(prompt))  # the first round also waits for the draft's prefill
         with self.workers.watch("the prefill", limit):
-            first = self._prefill(prompt, params, rng, plan, timeline)
+            first = self._prefill(prompt, params, draws, plan, timeline)
         try:
             out = req.emit(first)
             if out:
                 yield out
             while not req.done:
                 with self.workers.watch("a decode round", limit):
-                    emitted, verified = self.step(params, rng, timeline, flow)
+                    emitted, verified = self.step(params, draws, timeline, flow)
                     out = req.emit(emitted)
                     self._send_verified(dataclasses.replace(verified, stop=req.done), timeline, flow)
                 limit = self.limits.round_s
@@ -161,19 +162,20 @@ class AsyncEngine:
             raise
         self._end(timeline, flow, req.stats, limit)
 
-    def _prefill(self, prompt: list[int], params: SamplingParams, rng: torch.Generator, plan: StartupProfile,
+    def _prefill(self, prompt: list[int], params: SamplingParams, draws: Draws, plan: StartupProfile,
                  timeline: Timeline) -> list[int]:
         """Prefill the target (its followers too) and pick the first token; Start the draft on it."""
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
         with timeline.span("prefill"):
-            first = pick_tokens(self.prefill_lane.run(self.verifier.prefill, prompt), params, rng).tolist()  # [1]
-        costs = torch.tensor(() if params.reproducible else plan.verify_s, dtype=torch.float64)  # [bs] or [0]
+            logits = self.prefill_lane.run(self.verifier.prefill, prompt)  # [1, V]
+            first = pick_tokens(logits, params, draws, len(prompt)).tolist()  # [1]
+        costs = torch.tensor(plan.verify_s, dtype=torch.float64)  # [bs], or [0] without adaptive verification
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=plan.depth, params=params, verify_costs=costs))
         return first
 
-    def step(self, params: SamplingParams, rng: torch.Generator, timeline: Timeline,
+    def step(self, params: SamplingParams, draws: Draws, timeline: Timeline,
              flow: Flow) -> tuple[list[int], Verified]:
         """One round on the target's critical path: receive, then forward, verify, commit (on the lane)."""
         with timeline.span("wait_tree"):
@@ -183,11 +185,11 @@ class AsyncEngine:
             raise EngineFault(f"protocol error: expected a draft tree, got {type(tree).__name__}")
         if self.followers is not None:
             self.followers.send(tree)
-        emitted, verified = self.lane.run(self._verify_tree, tree, params, rng, timeline)
+        emitted, verified = self.lane.run(self._verify_tree, tree, params, draws, timeline)
         timeline.count(len(emitted), tree.tokens.numel())
         return emitted, verified
 
-    def _verify_tree(self, tree: DraftTree, params: SamplingParams, rng: torch.Generator,
+    def _verify_tree(self, tree: DraftTree, params: SamplingParams, draws: Draws,
                      timeline: Timeline) -> tuple[list[int], Verified]:
         """Forward the tree, verify it and commit the accepted path: the tokens emitted."""
         with timeline.span("forward"):
@@ -195,7 +197,7 @@ class AsyncEngine:
             dev = self.verifier.runner.device
             logits = self.verifier.forward_tree(tree.tokens.to(dev), tree.depths.to(dev), mask.to(dev))
         with timeline.span("verify"):
-            acc = self.verifier.verify(tree.tokens.to(dev), tree.parents.to(dev), logits, params, rng)
+            acc = self.verifier.verify(tree.tokens.to(dev), tree.parents.to(dev), tree.depths.to(dev), logits, params, draws)
             emitted = acc.tokens.tolist()  # the one host sync of the round
             nodes = acc.path[: len(emitted)]
             self.verifier.commit(nodes)

@@ -98,16 +98,14 @@ def _draft_request(drafter: TreeDrafter, io: GroupIO, start: Start, settings: Dr
 
     Re-rooting also grafts the prompt-lookup continuations at the new root, so a tree that the
     draft could not grow in time (the walk left it) still goes deep; the top-up expands only the
-    root.  A seeded sampled request drafts all d expansions every round and sends bs nodes (its
-    Start carries no verify costs): the tree's shape decides which random draws verification
-    makes, so it must not depend on when the verified tokens arrive."""
+    root.  Drafting stops when the verified tokens arrive (io.ready): the tree's shape never decides
+    a token, since sampled ones are position-keyed (sampling.Draws)."""
     timeline, bs = Timeline(), settings.verify_size
-    stop = None if start.params.reproducible else io.ready
     settings.prefill.run(_first_tree, drafter, start, timeline)
     sent = _send_tree(drafter, io, bs, timeline, costs)
     while True:
         with timeline.span("expand"):
-            drafter.draft(start.depth, stop=stop)  # overlaps the target's verification
+            drafter.draft(start.depth, stop=io.ready)  # overlaps the target's verification
         with timeline.span("wait_verified"):
             msg = io.recv()
         if not isinstance(msg, Verified) or msg.stop:

@@ -7,7 +7,7 @@ from typing import Callable
 from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
-from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 
 
 class AutoregressiveEngine:
@@ -33,14 +33,15 @@ class AutoregressiveEngine:
 
     def _run(self, req: RequestState, prompt: list[int], params: SamplingParams) -> Rounds:
         self.runner.kv.reset()
-        rng = make_generator(params.seed, self.runner.device)
+        params = with_seed(params)  # its draws (sampling.Draws)
+        draws = Draws.for_request(params)
         timeline = Timeline()
         try:
             with timeline.span("prefill"):
                 logits = self.runner.extend(prompt)  # [1, V]
             while True:
                 with timeline.span("verify"):
-                    token = pick_tokens(logits, params, rng)  # [1]
+                    token = pick_tokens(logits, params, draws, self.runner.kv.prefix_len)  # [1]
                     out = req.emit(token.tolist())  # the one host sync per step
                 timeline.count(len(out), 1)
                 req.stats.rounds += 1

@@ -13,11 +13,9 @@ from swiftspec.config import TreeConfig
 from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
 from swiftspec.runtime.startup import StartupProfile, Warmup, serial_profile
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
-from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
+from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.spec import TreeDrafter, TreeVerifier
 from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
-
-REPRODUCIBLE_FLOOR = 0.3  # seeded sampled rounds expand and verify only nodes at least this likely under the draft
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +77,11 @@ class SerialEngine:
              costs: RoundCosts) -> Rounds:
         """The request's rounds at d = depth; each round reads and updates `costs`."""
         timelines = target_tl, draft_tl = Timeline(), Timeline()  # this request's spans
-        rng = make_generator(params.seed, self.target.runner.device)
+        params = with_seed(params)  # the target's and the draft's draws (sampling.Draws)
+        draws = Draws.for_request(params)
         try:
             with target_tl.span("prefill"):
-                first = pick_tokens(self.target.prefill(prompt), params, rng).tolist()  # [1]
+                first = pick_tokens(self.target.prefill(prompt), params, draws, len(prompt)).tolist()  # [1]
             out = req.emit(first)
             if out:
                 yield out
@@ -91,29 +90,28 @@ class SerialEngine:
             with draft_tl.span("prefill"):
                 self.drafter.start(prompt, first[0], params)
             while not req.done:
-                out = req.emit(self.step(params, rng, req.stats, depth, costs, timelines))
+                out = req.emit(self.step(params, draws, req.stats, depth, costs, timelines))
                 if out:
                     yield out
         finally:
             if self.trace is not None:
                 self.trace.add(request_trace(target_tl, draft_tl))
 
-    def step(self, params: SamplingParams, rng: torch.Generator, stats: GenerationStats, depth: int,
+    def step(self, params: SamplingParams, draws: Draws, stats: GenerationStats, depth: int,
              costs: RoundCosts, timelines: tuple[Timeline, Timeline]) -> list[int]:
         """One round, as named steps, recorded on the request's (target, draft) timelines; returns
         the emitted tokens (accepted + bonus)."""
         t0 = time.perf_counter()
-        adapt = self._adapts(params)
-        floor = costs.min_weight() if adapt else self._fixed_floor(params)
+        adapt = self.cfg.adaptive  # shape the round by measured costs (the tokens never depend on it)
+        floor = costs.min_weight() if adapt else -math.inf
         expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
         t_select = time.perf_counter()
         verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-        size = self._verify_size(adapt, floor)
-        sub = self.drafter.subtree(size, verify_costs, t_select - t0 + costs.other_s, costs.trust())
+        sub = self.drafter.subtree(self.cfg.verify_size, verify_costs, t_select - t0 + costs.other_s, costs.trust())
         t1 = time.perf_counter()
         logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
         t_verify = time.perf_counter()
-        acc = self.target.verify(sub.tokens, sub.parents, logits, params, rng)
+        acc = self.target.verify(sub.tokens, sub.parents, sub.depths, logits, params, draws)
         emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
         promise = promised(self.drafter.tree.weights, sub.nodes)
         self.target.commit(acc.path[: len(emitted)])
@@ -128,25 +126,6 @@ class SerialEngine:
         stats.rounds += 1
         stats.accept_lengths.append(len(emitted))
         return emitted
-
-    def _adapts(self, params: SamplingParams) -> bool:
-        """Adaptive rounds shape the tree by measured times: a seeded sampled request keeps fixed
-        rounds (SamplingParams.reproducible).  Greedy output never depends on the tree."""
-        return bool(self.cfg.adaptive) and not params.reproducible
-
-    def _fixed_floor(self, params: SamplingParams) -> float:
-        """The floor of rounds that measured times must not shape: a seeded sampled request (with
-        --adaptive) neither expands nor verifies nodes less likely than REPRODUCIBLE_FLOOR under the
-        draft, a rule of the draft's probabilities alone; otherwise every round drafts d deep and
-        verifies bs nodes."""
-        return math.log(REPRODUCIBLE_FLOOR) if self.cfg.adaptive and params.reproducible else -math.inf
-
-    def _verify_size(self, adapt: bool, floor: float) -> int:
-        """bs, or for rounds with a fixed floor the nodes at least that likely under the draft (the
-        best ones form a subtree: a child is never likelier than its parent)."""
-        if adapt or floor == -math.inf:
-            return self.cfg.verify_size
-        return min(self.cfg.verify_size, int((self.drafter.tree.weights >= floor).sum()))
 
     def recover(self) -> bool:
         return False  # one process: no worker to lose

@@ -25,10 +25,11 @@ from swiftspec.spec.lookup import PromptLookup
 from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner, causal_mask
-from swiftspec.sampling import SamplingParams, draft_logprobs
+from swiftspec.sampling import Draws, SamplingParams, draft_logprobs, sample_at
 from swiftspec.tree import (
     Subtree,
     TokenTree,
+    coupled_children,
     depths,
     draft_mask,
     grow,
@@ -38,6 +39,11 @@ from swiftspec.tree import (
     select_subtree,
     topk_children,
 )
+
+# How likely a sampled request's draft draw (tree.coupled_children) is the target's token, as the
+# tree ranks it: about the per-token acceptance of greedy rounds on chat (trust() scales it down
+# where the draws keep less of their promise).
+COUPLED_DRAW_CHANCE = 0.7
 
 
 class TreeDrafter:
@@ -57,6 +63,8 @@ class TreeDrafter:
         self.tree: TokenTree = new_tree(0)
         self.pending: list[int] = []  # verified tokens whose draft KV is missing
         self.params = SamplingParams()
+        self.root_position = 0  # the root's place in the text (prompt tokens before it)
+        self.uniforms: torch.Tensor | None = None  # sampled requests: the draws of the positions after the root
         self.lookup = PromptLookup(cfg) if cfg.lookup else None
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
@@ -69,9 +77,19 @@ class TreeDrafter:
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
+        self._set_root(len(prompt))
         if self.lookup is not None:
-            self.lookup.start(prompt + [root], params)
+            self.lookup.start(prompt + [root])
             self.tree = self.lookup.graft(self.tree, self.cfg.budget)
+
+    def _set_root(self, position: int) -> None:
+        """The root sits at `position` of the text; a sampled request's children at depth j + 1
+        are drawn with the uniform of position + j + 1 (uniforms[j]), as the target draws them."""
+        self.root_position = position
+        if self.params.greedy:
+            self.uniforms = None
+        else:
+            self.uniforms = Draws.for_request(self.params).uniforms(position + 1, self.cfg.budget, self.runner.device)
 
     def _use_pruned(self, pruned: bool) -> None:
         """Draft with the pruned head (its rows and their token ids) or the model's full head."""
@@ -111,7 +129,8 @@ class TreeDrafter:
         slots = kv.alloc(leaves)  # [n]
         width = kv.kv_len
         mask = draft_mask(self.tree, leaves, kv.node_slot[: self.size], kv.prefix_len, width)  # [n, width]
-        positions = kv.prefix_len + depths(self.tree)[leaves]  # [n]
+        leaf_depths = depths(self.tree)[leaves]  # [n]
+        positions = kv.prefix_len + leaf_depths  # [n]
         tokens = self.tree.tokens[leaves]
         rows = None
         if pend is not None:
@@ -122,7 +141,11 @@ class TreeDrafter:
             rows = torch.arange(pend.tokens.numel(), tokens.numel(), device=tokens.device)
         logits = self.runner.forward(tokens, positions, slots, mask, rows=rows)  # [n, V']
         logprobs = draft_logprobs(logits, self.params)  # [n, V']
-        child_tokens, child_logprobs = topk_children(logprobs, self.cfg.topk)  # [n, k]
+        if self.uniforms is None:
+            child_tokens, child_logprobs = topk_children(logprobs, self.cfg.topk)  # [n, k]
+        else:  # sampled: each leaf's first child is the draft's own draw at the target's uniform
+            drawn = sample_at(logprobs.exp(), self.uniforms[leaf_depths])  # [n]
+            child_tokens, child_logprobs = coupled_children(logprobs, self.cfg.topk, drawn, COUPLED_DRAW_CHANCE)
         if self.vocab_map is not None:
             child_tokens = self.vocab_map[child_tokens]
         merge = self.lookup is not None  # a leaf may hold grafted children already
@@ -156,6 +179,7 @@ class TreeDrafter:
         step = reroot(self.tree, emitted)
         self.pending += self.runner.kv.reroot(self.tree, step, emitted)
         self.tree = step.tree if step.tree is not None else new_tree(emitted[-1], self.runner.device)
+        self._set_root(self.root_position + len(emitted))
         if self.lookup is not None:
             self.lookup.observe(step, emitted)
             self.tree = self.lookup.graft(self.tree, self.cfg.budget)

@@ -2,8 +2,8 @@
 branches that cost no draft forward, ranked with the draft's nodes by measured acceptance rates.
 
 After each verification the grafted nodes whose parent was verified are scored (did the target's
-next token equal theirs?) and the rates learn from it.  Where a request's output may not depend on
-anything but its seed (seeded sampling), the rates start from their prior for every request.
+next token equal theirs?) and the rates learn from it, across requests (no output depends on the
+tree's shape: sampled tokens are position-keyed, sampling.Draws).
 LookupDrafter drafts with prompt lookup alone (`--draft-model none`).
 """
 
@@ -48,12 +48,10 @@ class PromptLookup:
         self.records: dict[int, _Record] = {}  # tree index -> record
         self.grafted = 0  # candidate tokens grafted since start-up (merged ones included)
 
-    def start(self, tokens: list[int], params: SamplingParams) -> None:
+    def start(self, tokens: list[int]) -> None:
         """A new request whose verified text so far is `tokens` (prompt, then the root)."""
         self.index.reset(tokens)
         self.records = {}
-        if params.seed is not None and not params.greedy:
-            self.rates.reset()  # the tree's shape must depend on the seed alone
 
     def graft(self, tree: TokenTree, budget: int) -> TokenTree:
         """The tree with the continuations of the verified text grafted at its root."""
@@ -140,7 +138,7 @@ class LookupDrafter:
         return len(self.tree)
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
-        self.lookup.start(prompt + [root], params)
+        self.lookup.start(prompt + [root])
         self.tree = self.lookup.graft(new_tree(root), self.cfg.budget)
 
     def draft(self, expansions: int, stop=None, focus: int = 0, min_weight: float = -math.inf) -> int:

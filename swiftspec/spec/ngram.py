@@ -107,6 +107,3 @@ class AcceptRates:
     def record(self, key: RateKey, hit: bool) -> None:
         self.hits[key] = self.hits.get(key, 0.0) + float(hit)
         self.trials[key] = self.trials.get(key, 0.0) + 1.0
-
-    def reset(self) -> None:
-        self.hits, self.trials = {}, {}

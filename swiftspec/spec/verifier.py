@@ -8,8 +8,8 @@ import torch
 
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner
-from swiftspec.sampling import SamplingParams
-from swiftspec.verify import Acceptance, verify_greedy, verify_stochastic
+from swiftspec.sampling import Draws, SamplingParams
+from swiftspec.verify import Acceptance, verify_greedy, verify_sampled
 
 
 VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
@@ -39,14 +39,16 @@ class TreeVerifier:
         full_mask = torch.cat([seen, mask], dim=1)  # [n, prefix_len + n]
         return self.runner.forward(tokens, kv.prefix_len + depths, slots, full_mask)
 
-    def verify(self, tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor,
-               params: SamplingParams, rng: torch.Generator) -> Acceptance:
-        """Accept a path of the subtree (the leader decides; `commit` then keeps its KV).
-
-        Children are the draft's deterministic top-k, so stochastic verification treats q as one-hot."""
+    def verify(self, tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, logits: torch.Tensor,
+               params: SamplingParams, draws: Draws) -> Acceptance:
+        """Accept a path of the subtree tokens [n] (parents, depths [n]; the leader decides, `commit`
+        then keeps its KV): greedy, or the target's position-keyed draws (verify_sampled).  The
+        token after a node at depth k sits at position prefix_len + k + 1 (the root at prefix_len)."""
         if params.greedy:
             return verify_greedy(tokens, parents, logits)
-        return verify_stochastic(tokens, parents, logits, None, params, rng, deterministic=True)
+        n = tokens.shape[0]
+        uniforms = draws.uniforms(self.runner.kv.prefix_len + 1, n, logits.device)[depths]  # [n]
+        return verify_sampled(tokens, parents, logits, params, uniforms)
 
     def commit(self, accepted: torch.Tensor) -> None:
         """Move the KV of accepted subtree nodes [a+1] (root first) into the prefix."""
@@ -70,7 +72,7 @@ class TreeVerifier:
         mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # [n, n]
         t = time.perf_counter()
         logits = self.forward_tree(tokens, chain, mask)
-        self.verify(tokens, chain - 1, logits, SamplingParams(), None).tokens.tolist()  # waits
+        self.verify(tokens, chain - 1, chain, logits, SamplingParams(), Draws(0)).tokens.tolist()  # waits
         elapsed = time.perf_counter() - t
         kv.reset(kv.prefix_len)  # drop the nodes
         return elapsed

@@ -1,7 +1,7 @@
 """Token trees: the TokenTree type, growth, grafting, subtree selection, draft masks and re-rooting (pure)."""
 
 from swiftspec.tree.graft import Graft, graft, reweight
-from swiftspec.tree.grow import grow, sample_children, select_leaves, topk_children
+from swiftspec.tree.grow import coupled_children, grow, sample_children, select_leaves, topk_children
 from swiftspec.tree.reroot import Reroot, reroot
 from swiftspec.tree.subtree import Subtree, best_size, draft_mask, select_subtree
 from swiftspec.tree.tree import (
@@ -40,6 +40,7 @@ __all__ = [
     "positions",
     "reroot",
     "reweight",
+    "coupled_children",
     "sample_children",
     "select_leaves",
     "select_subtree",

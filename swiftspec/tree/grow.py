@@ -48,6 +48,23 @@ def topk_children(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return top.indices, top.values
 
 
+def coupled_children(logprobs: Tensor, k: int, drawn: Tensor, chance: float) -> tuple[Tensor, Tensor]:
+    """topk_children with each row's own draw in first place: drawn [w] int64 is the token the
+    draft draws at the uniform the target will draw its token with (sampling.Draws), so where the
+    draft's distribution is close to the target's it is the target's token, likely or not.  Its
+    log-prob is the larger of the row's largest and log(chance) (how often such a draw is the
+    target's); where it is not among the k most likely it replaces the k-th.
+
+    logprobs [w, V] -> (tokens [w, k] int64, logprobs [w, k] float32); distinct per row."""
+    top = logprobs.float().topk(k, dim=-1)  # [w, k], descending
+    others = top.indices != drawn[:, None]  # [w, k]
+    # the k - 1 most likely tokens other than the draw, in top-k order
+    order = others.to(torch.int8).sort(dim=-1, descending=True, stable=True).indices[:, : k - 1]  # [w, k - 1]
+    tokens = torch.cat([drawn[:, None], top.indices.gather(-1, order)], dim=-1)  # [w, k]
+    first = top.values[:, :1].clamp_min(math.log(chance))  # [w, 1]
+    return tokens, torch.cat([first, top.values.gather(-1, order)], dim=-1)
+
+
 def sample_children(probs: Tensor, k: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """Sampled drafting: k distinct tokens per row drawn without replacement from probs [w, V].
 

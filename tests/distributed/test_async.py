@@ -1,4 +1,4 @@
-"""Async disaggregated engine over gloo: greedy equals ar with 1+1 and 2+1 ranks; sampling keeps p."""
+"""Async disaggregated engine over gloo: greedy equals ar with 1+1 and 2+1 ranks, seeded sampling too."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 
-from spec_stats import exact_distribution, first_tokens, goodness_of_fit, sharp_pair
+from spec_stats import first_tokens, sharp_pair
 from trace_format import trace_problems
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)
-SAMPLES = 1250  # seeded requests of test_async_sampling_matches_target_distribution
+SEEDS = 100  # seeded requests of test_async_sampling_gives_ars_tokens
 
 
 def flat(engine, prompt, params, n):
@@ -105,32 +105,23 @@ def one_core():
     os.sched_setaffinity(0, cores)
 
 
-def test_async_sampling_matches_target_distribution(tmp_path, one_core) -> None:
-    """With prompt lookup grafting branches (the prompt repeats itself); a seeded request gives the
-    same tokens every time, however the draft's timing falls.
-
-    1250 requests (SAMPLES): 33 cells expect >= 5 samples; the chi-square threshold at the 1e-6
-    normal quantile fails a correct sampler 5.5e-6 of the time (2e6 simulated runs,
-    tests/runtime/spec_power.py: small cells fatten the tail); a sampler that takes 14% of its
-    draws from the draft's distribution (TV 0.98 from the target's) fails with probability 0.88,
-    16% with 0.99 (simulated; 2500 requests reach 0.77 at 8% and 0.99 at 10%).  The verification
-    itself, the serial engines' TreeVerifier, is held to 2500 samples per tree shape in
-    tests/runtime/test_serial_lossless.py (where a planted verifier that 1250 miss fails)."""
+def test_async_sampling_gives_ars_tokens(tmp_path, one_core) -> None:
+    """Every seeded request gives ar's tokens (SEEDS seeds, 6 tokens each, and one of 24), however
+    the draft's timing falls and with prompt lookup grafting branches (the prompt repeats itself):
+    a position's token is the same draw whichever round reaches it (sampling.Draws).  ar's draws
+    follow the target's distribution: tests/runtime/test_serial_lossless.py."""
     target_dir, draft_dir = sharp_pair(tmp_path)
+    ar = build_engine(EngineConfig(mode="ar", target=str(target_dir), target_load=FP32))
     engine = build_engine(EngineConfig(mode="async", target=str(target_dir), draft=str(draft_dir),
                                        target_load=FP32, draft_load=FP32, tree=TreeConfig(depth=2, budget=96)))
     try:
-        params = SamplingParams(temperature=0.8, top_p=0.95)
         prompt = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]
+        for s in range(SEEDS):
+            params = SamplingParams(temperature=0.8, top_p=0.95, seed=s)
+            assert first_tokens(engine, prompt, params, 6) == first_tokens(ar, prompt, params, 6), s
         seeded = SamplingParams(temperature=1.0, seed=99)
-        assert flat(engine, prompt, seeded, 24) == flat(engine, prompt, seeded, 24)
-        from swiftspec.weights import load_model
-
-        target = load_model(str(target_dir), FP32)
-        exact = exact_distribution(target.model, prompt, params, target.tokenizer.eos_token_ids, 3)
-        samples = [first_tokens(engine, prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=s), 3)
-                   for s in range(SAMPLES)]
-        stat, threshold = goodness_of_fit(samples, exact)
-        assert stat < threshold, (stat, threshold)
+        generation = engine.generate(prompt, seeded, 24)
+        assert [t for chunk in generation for t in chunk] == flat(ar, prompt, seeded, 24)
+        assert generation.stats.acceptance_length > 1.2
     finally:
         engine.close()

@@ -58,5 +58,5 @@ def test_free_rows_keep_bs_nodes(tiny_draft) -> None:
 @pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.8, seed=3)],
                          ids=["no-costs", "seeded"])
 def test_no_costs_send_bs_nodes(tiny_draft, params) -> None:
-    """No costs in Start (the rule off, or a seeded sampled request: the target sends none)."""
+    """No costs in Start (adaptive verification off: the target sends none), greedy or sampled."""
     assert tree_sizes(tiny_draft, [], params) == [BS] * ROUNDS

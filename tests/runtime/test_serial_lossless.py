@@ -1,4 +1,5 @@
-"""Serial chain and tree speculation are lossless: greedy is token-exact, sampling keeps p."""
+"""Serial chain and tree speculation are lossless: greedy and seeded sampling are token-exact
+against ar, and ar's sampling keeps p."""
 
 from __future__ import annotations
 
@@ -101,6 +102,20 @@ def test_tree_accepts_more_than_one_token_per_round(sharp_pair_dirs) -> None:
     assert generation.stats.acceptance_length > 2.5
 
 
+def test_sampled_tree_with_its_own_draft_accepts_like_greedy(tiny_target) -> None:
+    """With the target as its own draft, each leaf's first child is the draft's draw at the uniform
+    the target draws with (tree.coupled_children), so nearly every draw is proposed: at
+    temperature 1 on a random tiny model (flat distributions, where top-k children would cover
+    little of p) the rounds accept about as deep as greedy ones; and the text is ar's."""
+    cfg = TreeConfig(depth=4, adaptive=False)
+    eng = SerialEngine(tiny_target, TreeDrafter(tiny_target.model, cfg, 256), cfg, 256)
+    params = SamplingParams(temperature=1.0, seed=7)
+    generation = eng.generate([5, 6, 7], params, 40)
+    tokens = [t for chunk in generation for t in chunk]
+    assert generation.stats.acceptance_length > 3.0
+    assert tokens == generate_all(AutoregressiveEngine(tiny_target, 256), [5, 6, 7], params, 40)
+
+
 class _FixedCosts(RoundCosts):
     """Costs that ignore measured times, so an adaptive tree's shape is (nearly) reproducible."""
 
@@ -108,60 +123,91 @@ class _FixedCosts(RoundCosts):
         pass
 
 
-SAMPLES = 2500  # seeded requests per mode of test_sampling_matches_target_distribution (not fewer: docstring)
+SAMPLES = 2500  # seeded ar requests of test_ar_sampling_matches_target_distribution (not fewer: docstring)
+EXACT_SEEDS = 300  # seeded requests per mode that must give ar's tokens
 SAMPLING = SamplingParams(temperature=0.8, top_p=0.95)
+
+
+def seeded(seed: int) -> SamplingParams:
+    return SamplingParams(temperature=0.8, top_p=0.95, seed=seed)
 
 
 @pytest.fixture(scope="module")
 def sharp_models(sharp_pair_dirs):
-    """The sharp pair loaded once for the sampling tests, and the target's exact distribution of
-    the first 3 tokens after LOOPING_PROMPT (the same for every mode)."""
+    """The sharp pair loaded once for the sampling tests, and ar's first 3 tokens after
+    LOOPING_PROMPT for seeds 0 .. SAMPLES - 1."""
     target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
-    exact = exact_distribution(target.model, LOOPING_PROMPT, SAMPLING, target.tokenizer.eos_token_ids, 3)
-    return target, draft, exact
+    ar = AutoregressiveEngine(target, 256)
+    return target, draft, [first_tokens(ar, LOOPING_PROMPT, seeded(s), 3) for s in range(SAMPLES)]
 
 
-@pytest.mark.parametrize("mode", ["tree", "chain", "tree-adaptive", "lookup-only"])
-def test_sampling_matches_target_distribution(sharp_models, mode) -> None:
-    """At temperature 0.8, top-p 0.95, the first 3 tokens follow the target's exact distribution.
-    tree-adaptive: leaves below path probability 0.2 are skipped and each row verified costs a
-    third of a token (seeded requests otherwise keep fixed rounds), so trees and verified
-    subtrees of every shape the cost rules make are verified.  The prompt repeats itself, so
-    prompt lookup grafts branches into the trees (mixed with the draft's; alone in lookup-only).
+def test_ar_sampling_matches_target_distribution(sharp_models) -> None:
+    """At temperature 0.8, top-p 0.95, ar's first 3 tokens (position-keyed draws, sampling.Draws)
+    follow the target's exact distribution; every speculative mode gives ar's tokens for every
+    seed (test_sampled_speculation_gives_ars_tokens), so this is their distribution too.
 
     2500 requests (SAMPLES), threshold at z = 4.753 (spec_stats.Z_1E6).  False failures, by
     tests/runtime/spec_power.py (2e6 simulated runs of this criterion under the exact
     distribution): 59 cells expect >= 5 samples, threshold 126.0, 7 failures in 2e6 = 3.5e-6 (the
     cells expecting 5-10 samples fatten the tail past chi-square's 1e-6).  Power: a sampler that
     draws a share x of its first 3 tokens from the draft's distribution (TV 0.98 from the target's)
-    fails with probability 0.77 at x = 8% and 0.99 at 10%.  Planted wrong verifiers
-    (swiftspec.verify.stochastic patched, measured once): keeping a rejected child in the residual
-    gives 131.9 (tree), and fails.  Why not fewer requests: at 1250 the false-failure rate would
-    stay (11 in 2e6 at z = 4.753, the same within the simulation's error; z = 5.0 would make sure),
-    but that planted verifier gives 58.5 against 87.4 (the correct one 26.8), and accepting a child
-    with probability sqrt(p') 60.8: the smaller sample misses them, and its power reaches 0.99 only
-    at a 16% draft share."""
-    target, draft, exact = sharp_models
+    fails with probability 0.77 at x = 8% and 0.99 at 10%."""
+    target, _, samples = sharp_models
+    exact = exact_distribution(target.model, LOOPING_PROMPT, SAMPLING, target.tokenizer.eos_token_ids, 3)
+    stat, threshold = goodness_of_fit(samples, exact)
+    assert stat < threshold, (stat, threshold)
+
+
+def sampled_engine(target, draft, mode: str) -> SerialEngine:
+    """tree-adaptive: leaves below path probability 0.2 are skipped and each row verified costs a
+    third of a token, so trees and verified subtrees of every shape the cost rules make are
+    verified.  The prompt repeats itself, so prompt lookup grafts branches into the trees (mixed
+    with the draft's; alone in lookup-only)."""
     cfg = TreeConfig(depth=3 if mode == "tree-adaptive" else 2, budget=96)
     cfg = chain_config(cfg) if mode == "chain" else cfg
     drafter = LookupDrafter(cfg) if mode == "lookup-only" else TreeDrafter(draft.model, cfg, 256)
     engine = SerialEngine(target, drafter, cfg, 256)
     if mode == "tree-adaptive":
         engine.costs = _FixedCosts(expand_s=0.01, token_s=0.05, verify_s=[0.05 * (2 + n) / 3 for n in range(8)])
-        engine._adapts = lambda params: True
-    prompt = LOOPING_PROMPT
-    samples = [first_tokens(engine, prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=s), 3)
-               for s in range(SAMPLES)]
-    stat, threshold = goodness_of_fit(samples, exact)
-    assert stat < threshold, (stat, threshold)
-    generation = engine.generate(prompt, SamplingParams(temperature=0.8, top_p=0.95, seed=SAMPLES - 1), 3)
-    list(generation)  # the last sample again, for its stats
-    assert generation.stats.rounds >= 1
-    assert mode == "chain" or drafter.lookup.grafted > 1000
+    return engine
+
+
+@pytest.mark.parametrize("mode", ["tree", "chain", "tree-adaptive", "lookup-only"])
+def test_sampled_speculation_gives_ars_tokens(sharp_models, mode) -> None:
+    """Every seeded request gives ar's first 3 tokens (EXACT_SEEDS seeds), over trees the draft
+    and prompt lookup grow and rounds that accept several tokens: a position's token is the same
+    draw whichever round reaches it, so sampled speculation keeps p exactly."""
+    target, draft, want = sharp_models
+    engine = sampled_engine(target, draft, mode)
+    got = [first_tokens(engine, LOOPING_PROMPT, seeded(s), 3) for s in range(EXACT_SEEDS)]
+    assert got == want[:EXACT_SEEDS]
+    generation = engine.generate(LOOPING_PROMPT, seeded(0), 24)
+    tokens = [t for chunk in generation for t in chunk]
+    assert tokens == generate_all(AutoregressiveEngine(target, 256), LOOPING_PROMPT, seeded(0), 24)
+    assert generation.stats.acceptance_length > 1.2  # rounds do accept draft tokens
+    assert mode == "chain" or engine.drafter.lookup.grafted > 100
+
+
+@pytest.mark.parametrize("plant", ["argmax", "mirrored-uniform"])
+def test_a_planted_wrong_draw_is_caught(sharp_models, monkeypatch, plant) -> None:
+    """Planted verifiers: one that takes the target's argmax where it should sample (the wrong
+    distribution), one that draws with 1 - u (the right distribution, the wrong tokens).  Both
+    give other tokens than ar within EXACT_SEEDS seeds."""
+    from swiftspec.verify import greedy
+
+    real = greedy.sample_at
+    if plant == "argmax":
+        monkeypatch.setattr(greedy, "sample_at", lambda probs, uniforms: probs.argmax(-1))
+    else:
+        monkeypatch.setattr(greedy, "sample_at", lambda probs, uniforms: real(probs, 1 - uniforms))
+    target, draft, want = sharp_models
+    engine = sampled_engine(target, draft, "tree")
+    got = [first_tokens(engine, LOOPING_PROMPT, seeded(s), 3) for s in range(EXACT_SEEDS)]
+    assert sum(g != w for g, w in zip(got, want)) > 10
 
 
 def test_same_seed_same_output(sharp_pair_dirs) -> None:
-    """Also with prompt lookup, whose rates learn from earlier requests but restart for seeded ones."""
+    """Also with prompt lookup, whose rates learn from earlier requests (they shape the trees, never the tokens)."""
     target, draft = (load_model(str(d), FP32) for d in sharp_pair_dirs)
     engine = SerialEngine(target, TreeDrafter(draft.model, TreeConfig(depth=2), 256), TreeConfig(depth=2), 256)
     params = SamplingParams(temperature=1.0, seed=123)

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from swiftspec.config import ConfigError
-from swiftspec.sampling import SamplingParams, make_generator, process_logits, sample
+from swiftspec.sampling import Draws, SamplingParams, pick_tokens, process_logits, sample, sample_at, with_seed
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -67,7 +67,7 @@ def test_process_logits_matches_reference(rows, params):
 
 
 def test_process_logits_keeps_leading_dims_and_sums_to_one():
-    logits = torch.randn(3, 5, 11, generator=make_generator(0), dtype=torch.bfloat16)
+    logits = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(0), dtype=torch.bfloat16)
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=6, min_p=0.02)
     probs = process_logits(logits, params)
     assert probs.dtype == torch.float32
@@ -84,7 +84,7 @@ def test_greedy_is_one_hot_argmax():
 def test_sample_follows_probs():
     # Chi-square at significance 1e-6 (5 df: threshold 39.7); seeded, so deterministic.
     probs = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.25, 0.05])
-    draws = sample(probs.expand(50_000, -1), make_generator(3))
+    draws = sample(probs.expand(50_000, -1), torch.Generator().manual_seed(3))
     assert draws.dtype == torch.int64 and draws.shape == (50_000,)
     counts = torch.bincount(draws, minlength=6).double()
     assert counts[1] == 0
@@ -94,11 +94,49 @@ def test_sample_follows_probs():
 
 
 def test_sample_is_reproducible_per_seed():
-    probs = torch.softmax(torch.randn(64, 30, generator=make_generator(1)), -1)
-    first = sample(probs, make_generator(5))
-    assert torch.equal(first, sample(probs, make_generator(5)))
-    assert not torch.equal(first, sample(probs, make_generator(6)))
-    assert sample(probs, make_generator(None)).shape == (64,)
+    probs = torch.softmax(torch.randn(64, 30, generator=torch.Generator().manual_seed(1)), -1)
+    first = sample(probs, torch.Generator().manual_seed(5))
+    assert torch.equal(first, sample(probs, torch.Generator().manual_seed(5)))
+    assert not torch.equal(first, sample(probs, torch.Generator().manual_seed(6)))
+    assert sample(probs, torch.Generator()).shape == (64,)
+
+
+def test_draws_depend_on_the_seed_and_the_position_alone():
+    draws = Draws(5)
+    u = draws.uniforms(10, 6)
+    assert u.dtype == torch.float64 and ((u >= 0) & (u < 1)).all() and u.unique().numel() == 6
+    assert torch.equal(u, torch.cat([draws.uniforms(10, 2), Draws(5).uniforms(12, 4)]))
+    assert not torch.equal(u, Draws(6).uniforms(10, 6))
+    assert Draws.for_request(SamplingParams(seed=-1)).seed == 2**64 - 1  # any Python int is a seed
+    unseeded = {with_seed(SamplingParams(temperature=1.0)).seed for _ in range(4)}
+    assert len(unseeded) == 4 and with_seed(SamplingParams(seed=3)).seed == 3
+    assert with_seed(SamplingParams()).seed is None  # greedy draws nothing
+
+
+def test_sample_at_follows_probs():
+    """Chi-square at significance 1e-6 (5 df: threshold 39.7) over 50,000 positions' uniforms."""
+    probs = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.25, 0.05])
+    picks = sample_at(probs.expand(50_000, -1), Draws(3).uniforms(0, 50_000))
+    counts = torch.bincount(picks, minlength=6).double()
+    assert counts[1] == 0
+    expected = probs.double() * picks.numel()
+    keep = expected > 0
+    assert float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()) < 39.7
+
+
+def test_sample_at_never_picks_a_token_without_mass():
+    probs = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0, 0.0]] * 3)
+    extremes = torch.tensor([0.0, 1 - 2.0**-53, 0.5], dtype=torch.float64)
+    assert sample_at(probs, extremes).tolist() == [1, 3, 3]
+
+
+def test_pick_tokens_is_argmax_when_greedy_and_keyed_by_position_when_sampled():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(pick_tokens(logits, SamplingParams(), Draws(0), 7), logits.argmax(-1))
+    params = SamplingParams(temperature=1.0)
+    rows = pick_tokens(logits, params, Draws(1), 7)  # row i: position 7 + i
+    one = [int(pick_tokens(logits[i : i + 1], params, Draws(1), 7 + i)) for i in range(3)]
+    assert rows.tolist() == one
 
 
 def test_process_and_sample_need_no_host_sync():

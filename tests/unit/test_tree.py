@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from swiftspec.sampling import make_generator
+
 from swiftspec.tree import (
     TokenTree,
+    coupled_children,
     ancestor_rows,
     best_size,
     depths,
@@ -173,7 +175,7 @@ def _check_growth_step(old: TokenTree, new: TokenTree, leaves: list[int], tokens
 @given(seed=st.integers(0, 2**16), width=st.integers(1, 4), k=st.integers(1, 4),
        budget=st.integers(1, 30), steps=st.integers(1, 5))
 def test_growth_is_budget_bounded_and_consistent(seed, width, k, budget, steps):
-    generator, tree = make_generator(seed), new_tree(3)
+    generator, tree = torch.Generator().manual_seed(seed), new_tree(3)
     for _ in range(steps):
         leaves = select_leaves(tree, width)
         if leaves.numel() == 0:
@@ -189,14 +191,14 @@ def test_growth_is_budget_bounded_and_consistent(seed, width, k, budget, steps):
 
 
 def test_topk_and_sampled_children_are_distinct():
-    probs = torch.softmax(torch.randn(6, 10, generator=make_generator(0)), -1)
+    probs = torch.softmax(torch.randn(6, 10, generator=torch.Generator().manual_seed(0)), -1)
     tokens, logprobs = topk_children(probs.log(), 4)
     assert torch.equal(logprobs, probs.log().sort(-1, descending=True).values[:, :4])
     probs[:, :3] = 0.0  # 7 tokens keep mass
-    drawn, drawn_logprobs = sample_children(probs / probs.sum(-1, keepdim=True), 7, make_generator(1))
+    drawn, drawn_logprobs = sample_children(probs / probs.sum(-1, keepdim=True), 7, torch.Generator().manual_seed(1))
     assert all(len(set(row)) == 7 and min(row) >= 3 for row in drawn.tolist())
     torch.testing.assert_close(drawn_logprobs, (probs / probs.sum(-1, keepdim=True)).gather(1, drawn).log())
-    assert torch.equal(drawn, sample_children(probs, 7, make_generator(1))[0])
+    assert torch.equal(drawn, sample_children(probs, 7, torch.Generator().manual_seed(1))[0])
 
 
 def _ancestor_closed(parents: list[int], nodes: set[int]) -> bool:
@@ -353,3 +355,14 @@ def test_select_leaves_skips_leaves_below_min_weight():
     assert select_leaves(tree, 8).tolist() == [1, 2, 3]
     assert select_leaves(tree, 8, min_weight=-1.0).tolist() == [1, 2]
     assert select_leaves(tree, 8, min_weight=-0.05).tolist() == []
+
+
+def test_coupled_children_put_the_draw_first_with_the_top_log_prob():
+    logprobs = torch.log_softmax(torch.tensor([[0.0, 3.0, 2.0, 1.0, -1.0], [0.0, 3.0, 2.0, 1.0, -1.0]]), -1)
+    tokens, values = coupled_children(logprobs, 3, torch.tensor([2, 4]), 0.5)
+    assert tokens.tolist() == [[2, 1, 3], [4, 1, 2]]  # in the top 3: moved first; else it replaces the 3rd
+    top = logprobs[0].max()  # log 0.64
+    assert values[:, 0].tolist() == [float(top)] * 2
+    assert values[0, 1:].tolist() == [float(logprobs[0, 1]), float(logprobs[0, 3])]
+    assert coupled_children(logprobs, 1, torch.tensor([4, 0]), 0.5)[0].tolist() == [[4], [0]]
+    assert coupled_children(logprobs, 2, torch.tensor([4, 0]), 0.9)[1][:, 0].tolist() == pytest.approx([math.log(0.9)] * 2)

@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swiftspec.sampling import SamplingParams, make_generator
-from swiftspec.verify import Acceptance, verify_greedy, verify_probs, verify_stochastic
+from swiftspec.sampling import Draws, SamplingParams, process_logits, sample_at
+from swiftspec.verify import Acceptance, verify_greedy, verify_probs, verify_sampled, verify_stochastic
 
 FAST = settings(max_examples=80, deadline=None)
 SEEDS = st.integers(0, 2**31 - 1)
@@ -27,7 +27,7 @@ class _Case:
     """A random tree over a fixed random logit table indexed by path (the reference model)."""
 
     def __init__(self, seed: int, vocab: int = 6, max_nodes: int = 12) -> None:
-        self.rng, self.gen, self.vocab, self.table = random.Random(seed), make_generator(seed), vocab, {}
+        self.rng, self.gen, self.vocab, self.table = random.Random(seed), torch.Generator().manual_seed(seed), vocab, {}
         self.paths, self.parents = [(self.rng.randrange(vocab),)], [-1]
         for _ in range(self.rng.randrange(max_nodes)):
             parent = self.rng.randrange(len(self.paths))
@@ -51,11 +51,13 @@ class _Case:
         found = [i for i, p in enumerate(self.parents) if p == node and self.paths[i][-1] == token]
         return found[0] if found else None
 
-    def greedy_reference(self) -> tuple[list[int], list[int]]:
-        """Plain greedy decoding, one argmax at a time, while the tree holds the token."""
+    def greedy_reference(self, pick=None) -> tuple[list[int], list[int]]:
+        """Plain decoding, one token at a time (pick(node, step); default the argmax), while the
+        tree holds the token."""
+        pick = pick or (lambda node, step: self.argmax(node))
         nodes, emitted = [0], []
         while True:
-            emitted.append(self.argmax(nodes[-1]))
+            emitted.append(pick(nodes[-1], len(emitted)))
             nxt = self.child(nodes[-1], emitted[-1])
             if nxt is None:
                 return nodes, emitted
@@ -82,12 +84,32 @@ def test_greedy_matches_stepwise_argmax(seed):
 
 
 @FAST
+@given(seed=SEEDS)
+def test_sampled_matches_stepwise_draws(seed):
+    """verify_sampled emits what decoding one token at a time draws: the token at step k is
+    sample_at of p after the node reached, at the uniform of position k (here position = depth)."""
+    case = _Case(seed)
+    params, draws = SamplingParams(temperature=0.9, top_p=0.9), Draws(seed)
+    table = draws.uniforms(0, len(case.paths))  # [n]: the uniform of depth 0, 1, ...
+    depths = torch.tensor([len(p) - 1 for p in case.paths])
+    result = verify_sampled(case.tokens, case.parent_tensor, case.logits, params, table[depths])
+
+    def draw(node: int, step: int) -> int:
+        probs = process_logits(case.logits_after(case.paths[node])[None], params)  # [1, V]
+        return int(sample_at(probs, table[step : step + 1]))
+
+    nodes, emitted = case.greedy_reference(draw)
+    assert result.nodes.tolist() == nodes and result.tokens.tolist() == emitted
+    _assert_consistent(case, result)
+
+
+@FAST
 @given(seed=SEEDS, deterministic=st.booleans())
 def test_stochastic_with_temperature_zero_is_greedy(seed, deterministic):
     case = _Case(seed)
     q = torch.softmax(torch.randn(case.logits.shape, generator=case.gen), -1)
     result = verify_stochastic(case.tokens, case.parent_tensor, case.logits, q,
-                               SamplingParams(temperature=0.0), make_generator(seed), deterministic)
+                               SamplingParams(temperature=0.0), torch.Generator().manual_seed(seed), deterministic)
     nodes, emitted = case.greedy_reference()
     assert result.nodes.tolist() == nodes and result.tokens.tolist() == emitted
 
@@ -99,10 +121,10 @@ def test_stochastic_result_is_a_root_path(seed, deterministic):
     q = torch.softmax(torch.randn(case.logits.shape, generator=case.gen), -1)
     params = SamplingParams(temperature=0.8, top_p=0.95)
     result = verify_stochastic(case.tokens, case.parent_tensor, case.logits, q, params,
-                               make_generator(seed), deterministic)
+                               torch.Generator().manual_seed(seed), deterministic)
     _assert_consistent(case, result)
     again = verify_stochastic(case.tokens, case.parent_tensor, case.logits, q, params,
-                              make_generator(seed), deterministic)
+                              torch.Generator().manual_seed(seed), deterministic)
     assert torch.equal(result.path, again.path) and torch.equal(result.emitted, again.emitted)
 
 
@@ -114,7 +136,7 @@ def test_certain_and_impossible_children(deterministic):
     logits[0, 1] = logits[1, 2] = 0.0
     logits[2] = 0.0
     q = torch.full((3, 5), 0.2)
-    params, generator = SamplingParams(temperature=1.0), make_generator(0)
+    params, generator = SamplingParams(temperature=1.0), torch.Generator().manual_seed(0)
     for _ in range(20):
         result = verify_stochastic(tokens, parents, logits, q, params, generator, deterministic)
         assert result.nodes.tolist() == [0, 1, 2] and result.tokens.tolist()[:2] == [1, 2]
@@ -132,9 +154,9 @@ def test_single_tree_matches_batched_core():
     case = _Case(11)
     q = torch.softmax(torch.randn(case.logits.shape, generator=case.gen), -1)
     single = verify_stochastic(case.tokens, case.parent_tensor, case.logits, q,
-                               SamplingParams(temperature=1.0), make_generator(3), False)
+                               SamplingParams(temperature=1.0), torch.Generator().manual_seed(3), False)
     batched = verify_probs(case.tokens[None], case.parent_tensor[None], torch.softmax(case.logits, -1)[None],
-                           q[None], make_generator(3), False)
+                           q[None], torch.Generator().manual_seed(3), False)
     assert torch.equal(single.path, batched.path[0]) and torch.equal(single.emitted, batched.emitted[0])
 
 

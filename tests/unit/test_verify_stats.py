@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import swiftspec.verify.stochastic as stochastic
-from swiftspec.sampling import SamplingParams, make_generator, process_logits
+from swiftspec.sampling import SamplingParams, process_logits
 from swiftspec.tree import graft, grow, new_tree, sample_children, select_leaves, select_subtree, topk_children
 from swiftspec.verify import Acceptance, verify_probs
 
@@ -167,7 +167,7 @@ def _round(root_codes: torch.Tensor, kind: str, shape: tuple[int, ...], params: 
 def _first_two(kind: str, shape: tuple[int, ...], params: SamplingParams, seed: int,
                trials: int = TRIALS) -> torch.Tensor:
     """[trials] int64 codes t1 * V + t2 of the first two emitted tokens of each trial."""
-    generator = make_generator(seed)
+    generator = torch.Generator().manual_seed(seed)
     start = torch.full((trials,), _context_code(CONTEXT))
     first = _round(start, kind, shape, params, generator)
     t1 = first.emitted[:, 0]
