@@ -86,7 +86,8 @@ def main() -> None:
     ap.add_argument("--chat", action="store_true", help="send each prompt through the chat template")
     args = ap.parse_args()
     from swiftspec.bench.prompts import load_prompts
-    from swiftspec.weights import load_tokenizer, resolve_source
+    from swiftspec.weights.loader import load_tokenizer
+    from swiftspec.weights.source import resolve_source
 
     tok = load_tokenizer(resolve_source("qwen2.5-coder-1.5b-instruct"))
     texts = [p.text for p in load_prompts(args.prompts, args.dataset)]

@@ -9,7 +9,7 @@ import dataclasses
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.cli.remote_args import remote_config_from_args
 from swiftspec.kernels import MAX_DECODER_ROWS
-from swiftspec.weights import own_format
+from swiftspec.weights.source import own_format
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",

@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark modes and peers side by side")
     add_engine_arguments(bench, with_mode=False)
-    from swiftspec import bench as bench_mod
+    from swiftspec.bench import command as bench_command
 
-    bench_mod.add_arguments(bench)
+    bench_command.add_arguments(bench)
 
     demo = sub.add_parser("demo", help="complete a HumanEval prompt: ar, the auto choice and async side by side")
     add_engine_arguments(demo, with_mode=False)
@@ -177,9 +177,9 @@ def run(argv: list[str] | None = None) -> int:
         args.model = args.draft_model or EngineConfig().draft  # the draft host holds no target: formats follow the draft
         return serve_draft(engine_config_from_args(args, mode="async"), once=args.once)
     if args.command == "bench":
-        from swiftspec import bench
+        from swiftspec.bench import command as bench_command
 
-        return bench.run(args, engine_config_from_args(args, mode="ar"))
+        return bench_command.run(args, engine_config_from_args(args, mode="ar"))
     if args.command == "trace":
         from swiftspec.cli import trace_view
 

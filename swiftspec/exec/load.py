@@ -14,8 +14,10 @@ from swiftspec.config import NO_DRAFT, ConfigError, EngineConfig, LoadConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.model.args import ModelArgs
 from swiftspec.parallel.state import ParallelState
-from swiftspec.tokenizer import vocab_mismatch
-from swiftspec.weights import DTYPES, load_model, model_args, resolve_source
+from swiftspec.tokenizer import Tokenizer, vocab_mismatch
+from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loader import DTYPES, load_model, model_args
+from swiftspec.weights.source import resolve_source
 
 log = logging.getLogger("swiftspec")
 
@@ -24,7 +26,7 @@ KV_MEMORY_SHARE = 0.25  # the default context's KV caches take at most this shar
 CONTEXT_STEP = 256  # a context capped by memory is a multiple of this
 
 
-def load_target(source: str, load: LoadConfig, parallel=None):
+def load_target(source: str, load: LoadConfig, parallel: ParallelState | None = None) -> LoadedModel:
     """Load a target model (or this rank's shard) and pack its weights as `load.weights` asks."""
     loaded = load_model(source, load, parallel or ParallelState())
     kernels.prepare_model_(loaded.model, load.weights)
@@ -100,11 +102,12 @@ def free_memory(device: str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_pair(target, draft, target_rows: int | None = None, draft_rows: int | None = None) -> None:
-    """Draft and target (swiftspec.tokenizer.Tokenizer each) must agree on every token the draft
-    can emit, since the tree carries token ids between them: the same spelling of each id
-    (tokenizer.vocab_mismatch, given each model's LM-head rows; padding rows may differ), and the
-    same split of a probe text.  ConfigError (one line) naming the first mismatch otherwise."""
+def check_pair(target: Tokenizer, draft: Tokenizer, target_rows: int | None = None,
+               draft_rows: int | None = None) -> None:
+    """Draft and target (their tokenizers) must agree on every token the draft can emit, since
+    the tree carries token ids between them: the same spelling of each id (tokenizer.vocab_mismatch,
+    given each model's LM-head rows; padding rows may differ), and the same split of a probe text.
+    ConfigError (one line) naming the first mismatch otherwise."""
     problem = vocab_mismatch(target.tokens, draft.tokens, target_rows or target.vocab_size,
                              draft_rows or draft.vocab_size)
     if problem is None and target.encode(_PROBE) != draft.encode(_PROBE):

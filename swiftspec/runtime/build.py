@@ -9,6 +9,7 @@ from pathlib import Path
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig
 from swiftspec.exec.load import check_pair, load_target, resolve_context, resolve_draft_weights
 from swiftspec.runtime.base import Engine
+from swiftspec.weights.loaded import LoadedModel
 
 
 def chain_config(tree: TreeConfig) -> TreeConfig:
@@ -19,7 +20,7 @@ def chain_config(tree: TreeConfig) -> TreeConfig:
                                adaptive=False, lookup=False)
 
 
-def build_engine(config: EngineConfig, target=None) -> Engine:
+def build_engine(config: EngineConfig, target: LoadedModel | None = None) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
     runtime.auto chooses (it says which, and why, in one line on stderr).  With config.trace set,
     every request's timeline goes to that file.  target: the target already loaded as
@@ -40,8 +41,8 @@ def build_engine(config: EngineConfig, target=None) -> Engine:
     return engine
 
 
-def _build(config: EngineConfig, target) -> Engine:
-    from swiftspec.weights import load_model
+def _build(config: EngineConfig, target: LoadedModel | None) -> Engine:
+    from swiftspec.weights.loader import load_model
 
     _check_placement(config)
     if target is not None and config.target_tp > 1:

@@ -66,7 +66,8 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     from swiftspec.exec.load import resolve_draft_weights
     from swiftspec.spec import build_drafter
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
-    from swiftspec.weights import load_model, model_args, resolve_source
+    from swiftspec.weights.loader import load_model, model_args
+    from swiftspec.weights.source import resolve_source
 
     remote = config.remote
     if config.draft == NO_DRAFT:

@@ -16,6 +16,7 @@ from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import SamplingParams, make_generator, pick_tokens
 from swiftspec.spec import TreeDrafter, TreeVerifier
 from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
+from swiftspec.weights.loaded import LoadedModel
 
 REPRODUCIBLE_FLOOR = 0.3  # seeded sampled rounds expand and verify only nodes at least this likely under the draft
 
@@ -37,7 +38,7 @@ class SerialEngine:
 
     fault: str | None = None  # runs in this process alone: nothing to lose
 
-    def __init__(self, target, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
+    def __init__(self, target: LoadedModel, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
         self.cfg = cfg
         self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
         self.drafter = drafter

@@ -124,7 +124,7 @@ def test_async_sampling_matches_target_distribution(tmp_path, one_core) -> None:
         prompt = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]
         seeded = SamplingParams(temperature=1.0, seed=99)
         assert flat(engine, prompt, seeded, 24) == flat(engine, prompt, seeded, 24)
-        from swiftspec.weights import load_model
+        from swiftspec.weights.loader import load_model
 
         target = load_model(str(target_dir), FP32)
         exact = exact_distribution(target.model, prompt, params, target.tokenizer.eos_token_ids, 3)
