@@ -18,7 +18,7 @@ from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
 from swiftspec.weights.loader import model_args
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
-from swiftspec.exec.load import default_draft_weights
+from swiftspec.runtime.defaults import default_draft_weights
 
 
 @dataclass(slots=True)

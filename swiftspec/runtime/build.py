@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig
-from swiftspec.exec.load import check_pair, load_target, resolve_context, resolve_draft_weights
+from swiftspec.exec.load import check_pair, load_target, resolve_context
 from swiftspec.runtime.base import Engine
+from swiftspec.runtime.defaults import require_settled
 from swiftspec.weights.loaded import LoadedModel
 
 
@@ -22,11 +23,14 @@ def chain_config(tree: TreeConfig) -> TreeConfig:
 
 def build_engine(config: EngineConfig, target: LoadedModel | None = None) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
-    runtime.auto chooses (it says which, and why, in one line on stderr).  With config.trace set,
+    runtime.auto chooses (it says which, and why, in one line on stderr).  config: settled by
+    runtime.defaults.resolve_defaults (its context length, when 0, is settled here, where the
+    models' headers and the free memory are known).  With config.trace set,
     every request's timeline goes to that file.  target: the target already loaded as
     config.target_load asks (exec.load.load_target, tensor-parallel size 1), which engines may
     share (each keeps its own KV cache); None loads it."""
-    config = resolve_context(resolve_draft_weights(config))
+    require_settled(config)
+    config = resolve_context(config)
     if config.mode == AUTO:
         from swiftspec.runtime.auto.choose import decide
 

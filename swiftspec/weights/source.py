@@ -44,10 +44,3 @@ def resolve_source(source: str, cache: Path | None = None) -> Path:
 def _has_gguf_magic(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == _GGUF_MAGIC
-
-
-
-def own_format(source: str, device: str) -> str:
-    """The target's weight format when --weights is not given: a GGUF on the CPU runs as stored
-    ("gguf": the file's own quality at its own size), anything else in bf16."""
-    return "gguf" if device.startswith("cpu") and is_gguf(source) else "bf16"
