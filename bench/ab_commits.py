@@ -23,9 +23,12 @@ import json, sys, torch
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.runtime import build_engine
 try:
-    from swiftspec.exec.load import default_draft_weights
-except ImportError:  # a checkout from before the exec layer
-    from swiftspec.runtime import default_draft_weights
+    from swiftspec.runtime.defaults import default_draft_weights
+except ImportError:  # a checkout from before issue 37 (one resolve_defaults)
+    try:
+        from swiftspec.exec.load import default_draft_weights
+    except ImportError:  # a checkout from before the exec layer
+        from swiftspec.runtime import default_draft_weights
 from swiftspec.sampling import SamplingParams
 torch.set_num_threads(int(sys.argv[1]))
 engine = None
@@ -86,7 +89,8 @@ def main() -> None:
     ap.add_argument("--chat", action="store_true", help="send each prompt through the chat template")
     args = ap.parse_args()
     from swiftspec.bench.prompts import load_prompts
-    from swiftspec.weights import load_tokenizer, resolve_source
+    from swiftspec.weights.loader import load_tokenizer
+    from swiftspec.weights.source import resolve_source
 
     tok = load_tokenizer(resolve_source("qwen2.5-coder-1.5b-instruct"))
     texts = [p.text for p in load_prompts(args.prompts, args.dataset)]

@@ -27,7 +27,7 @@ from swiftspec.spec.vocab import pruned_vocab
 from swiftspec.exec.load import load_target
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 SIZE = 32768
 

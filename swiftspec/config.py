@@ -14,6 +14,8 @@ class ConfigError(UserError, ValueError):
 MODES = ("ar", "chain", "tree", "async")
 NO_DRAFT = "none"  # --draft-model none: no draft model, the tree holds prompt-lookup candidates only
 AUTO = "auto"  # choose among MODES by a cached profile of this machine and model pair (runtime/auto)
+# As LoadConfig.device, AUTO (the flags' default) is settled by runtime.defaults.resolve_defaults: CUDA
+# when its start-up check passed on this machine, else the CPU.
 WEIGHT_FORMATS = ("bf16", "int8", "int4")
 SINK_TOKENS = 4  # a windowed draft context keeps the prompt's first tokens (StreamingLLM's attention sinks)
 
@@ -64,11 +66,11 @@ WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
 class LoadConfig:
     """How a model is placed in memory."""
 
-    device: str = "cpu"
+    device: str = "cpu"  # or AUTO, until runtime.defaults.resolve_defaults settles it
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
     max_seq_len: int = 0  # tokens of context (KV cache length); 0: the model's own, within memory (exec.load)
-    # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"; None (a draft only):
-    # the default for its target, resolved when the engine is built (exec.load.resolve_draft_weights)
+    # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"; None (no --weights or
+    # --draft-weights): the default, settled by runtime.defaults.resolve_defaults
     weights: str | None = "bf16"
 
     def __post_init__(self) -> None:
@@ -134,8 +136,6 @@ class EngineConfig:
             raise ConfigError("--rendezvous links one target rank to one draft rank: --mode async, tensor-parallel 1")
         if self.mode not in MODES + (AUTO,):
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES + (AUTO,))})")
-        if self.target_load.weights is None:
-            raise ConfigError("the target's weight format must be given (None means a draft's default only)")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
         if not self.worker_timeout >= 0:
@@ -171,3 +171,12 @@ class ServerConfig:
             raise ConfigError(f"max_prompt_tokens must be >= 0, got {self.max_prompt_tokens}")
         if not self.served_model_name:
             raise ConfigError("the served model name must not be empty")
+
+
+def require_settled(config: EngineConfig) -> None:
+    """Refuse (one-line ConfigError) a config that still holds an open default: what builds or
+    chooses an engine takes a config that resolve_defaults has settled, and decides nothing itself."""
+    for load in (config.target_load, config.draft_load):
+        if load.device == AUTO or load.weights is None:
+            raise ConfigError("the engine config has open defaults (device auto or weights None): settle it "
+                              "with swiftspec.runtime.defaults.resolve_defaults first")

@@ -17,9 +17,10 @@ import importlib.metadata
 import json
 import pathlib
 
-from swiftspec.weights import load_tokenizer, resolve_source
+from swiftspec.weights.loader import load_tokenizer
 
 # (package, licence, file under the package's folder): one long-code and one FIM prompt each
+from swiftspec.weights.source import resolve_source
 SOURCES = (
     ("click", "BSD-3-Clause", "core.py"),
     ("jinja2", "BSD-3-Clause", "compiler.py"),

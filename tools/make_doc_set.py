@@ -14,9 +14,10 @@ import importlib.metadata
 import json
 import pathlib
 
-from swiftspec.weights import load_tokenizer, resolve_source
+from swiftspec.weights.loader import load_tokenizer
 
 # (distribution, licence, question)
+from swiftspec.weights.source import resolve_source
 SOURCES = (
     ("sortedcontainers", "Apache-2.0", "Which data types does this package provide, and what does the document "
                                        "say about its speed compared with the alternatives?"),

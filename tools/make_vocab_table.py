@@ -32,7 +32,8 @@ import sysconfig
 import zipfile
 
 from swiftspec.spec.vocab import TABLE_DIR, fingerprint
-from swiftspec.weights import load_tokenizer, resolve_source
+from swiftspec.weights.loader import load_tokenizer
+from swiftspec.weights.source import resolve_source
 
 SHARES = {"code": 0.35, "style": 0.05, "en": 0.4}
 OTHER_LANGUAGES = ("zh", "es", "fr", "de", "ja", "ru", "pt", "it", "ko", "ar", "hi", "vi", "tr", "pl", "nl", "id")

@@ -131,7 +131,8 @@ def add_arguments(parser) -> None:  # noqa: ANN001 - argparse parser
 def measure(source: str, text_file: str, formats: list[str], n_ctx: int, count: int, llama: bool,
             threads: int) -> list[Perplexity]:
     """Perplexity of each format (and of llama.cpp on a GGUF) on the first `count` windows of the text."""
-    from swiftspec.weights import load_tokenizer, resolve_source
+    from swiftspec.weights.loader import load_tokenizer
+    from swiftspec.weights.source import resolve_source
 
     bad = [f for f in formats if f not in (REFERENCE, *WEIGHT_FORMATS)]
     if bad:
@@ -158,7 +159,7 @@ def for_bench(source: str, text_file: str, formats: list[str], llama: bool, wind
               threads: int) -> dict[str, dict]:
     """The bench's quality column: the file in fp32, each weight format the run used and llama.cpp
     (where its peer ran on a GGUF), keyed by label."""
-    from swiftspec.weights import resolve_source
+    from swiftspec.weights.source import resolve_source
 
     llama = llama and resolve_source(source).suffix == ".gguf"
     rows = measure(source, text_file, [REFERENCE, *formats], 512, windows, llama, threads)

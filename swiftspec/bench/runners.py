@@ -16,9 +16,9 @@ import torch
 
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
-from swiftspec.weights import model_args
+from swiftspec.weights.loader import model_args
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
-from swiftspec.exec.load import default_draft_weights
+from swiftspec.runtime.defaults import default_draft_weights
 
 
 @dataclass(slots=True)
@@ -61,7 +61,7 @@ class Sources:
 
 def resolve_sources(base: EngineConfig, specs: list[ModeSpec]) -> Sources:
     """Local paths of the pair (pulling bundled models if needed); the draft only when a mode drafts."""
-    from swiftspec.weights import resolve_source
+    from swiftspec.weights.source import resolve_source
 
     needs_draft = base.draft != NO_DRAFT and any(s.speculative for s in specs)
     return Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)

@@ -1,5 +1,7 @@
 """Command-line flags shared by `generate`, `serve`, `bench` and `demo`, generated from the config
-dataclasses; flags that only some modes use narrow `--mode auto`, and are refused by other modes."""
+dataclasses; flags that only some modes use narrow `--mode auto`, and are refused by other modes.
+Flags not given leave their defaults open (device AUTO, weights None): runtime.defaults.resolve_defaults
+settles them after parsing, in one place."""
 
 from __future__ import annotations
 
@@ -8,8 +10,6 @@ import dataclasses
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.cli.remote_args import remote_config_from_args
-from swiftspec.kernels import MAX_DECODER_ROWS
-from swiftspec.weights import own_format
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",
@@ -109,36 +109,22 @@ def check_flags(args: argparse.Namespace, mode: str) -> None:
                               "would ignore it")
 
 
-def check_rows(args: argparse.Namespace, device: str) -> None:
-    """Refuse a --verify-size past the rows the CPU kernels take in one call: verification would
-    silently leave the fused path (one-line ConfigError)."""
-    size = getattr(args, "verify_size", None)
-    if size is not None and device.startswith("cpu") and size > MAX_DECODER_ROWS:
-        raise ConfigError(f"--verify-size {size} exceeds the {MAX_DECODER_ROWS} rows the CPU kernels verify in "
-                          "one call")
-
-
 def _value(args: argparse.Namespace, name: str, default):  # noqa: ANN001, ANN202 - any field's type
     value = getattr(args, name, None)
     return default if value is None else value
 
 
 def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -> EngineConfig:
-    """Build the frozen EngineConfig from parsed flags (raises ConfigError on bad values).  mode
-    overrides --mode (bench and demo pick their modes themselves, and refuse no flag)."""
-    from swiftspec.runtime.device import default_device
-
+    """Build the frozen EngineConfig from parsed flags (raises ConfigError on bad values), its
+    defaults left open for runtime.defaults.resolve_defaults: no check of this machine runs here.
+    mode overrides --mode (bench and demo pick their modes themselves, and refuse no flag)."""
     remote = remote_config_from_args(args)
     chosen = mode or ("async" if remote is not None and args.mode == AUTO else args.mode)
     if mode is None and chosen != AUTO:
         check_flags(args, chosen)
     defaults = EngineConfig()
-    device = args.device or default_device()
-    check_rows(args, device)
-    weights = args.weights or own_format(args.model, device)
-    target_load = LoadConfig(device=device, dtype=args.dtype, max_seq_len=args.max_seq_len, weights=weights)
-    # No --draft-weights: None, the default for this target, resolved when the engine is built
-    # (exec.load.resolve_draft_weights may compile the C++ kernels to see whether they load).
+    target_load = LoadConfig(device=args.device or AUTO, dtype=args.dtype, max_seq_len=args.max_seq_len,
+                             weights=args.weights)
     draft_load = dataclasses.replace(target_load, weights=args.draft_weights)
     tree = TreeConfig(**{f.name: _value(args, f.name, f.default) for f in dataclasses.fields(TreeConfig)})
     auto = AutoConfig(modes=auto_candidates(args), choose_draft_weights=args.draft_weights is None,

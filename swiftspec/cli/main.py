@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.cli.engine_args import add_engine_arguments, engine_config_from_args
 from swiftspec.cli.remote_args import add_remote_arguments
@@ -43,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark modes and peers side by side")
     add_engine_arguments(bench, with_mode=False)
-    from swiftspec import bench as bench_mod
+    from swiftspec.bench import command as bench_command
 
-    bench_mod.add_arguments(bench)
+    bench_command.add_arguments(bench)
 
     demo = sub.add_parser("demo", help="complete a HumanEval prompt: ar, the auto choice and async side by side")
     add_engine_arguments(demo, with_mode=False)
@@ -79,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _settled_config(args: argparse.Namespace, mode: str | None = None) -> EngineConfig:
+    """The engine config of the flags, its open defaults settled once (runtime.defaults.resolve_defaults)."""
+    from swiftspec.runtime.defaults import resolve_defaults
+
+    return resolve_defaults(engine_config_from_args(args, mode))
+
+
 def _generate(args: argparse.Namespace) -> int:
     from swiftspec.runtime import build_engine
     from swiftspec.sampling import SamplingParams
@@ -87,7 +95,7 @@ def _generate(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             min_p=args.min_p, seed=args.seed)
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
-    engine = build_engine(engine_config_from_args(args))
+    engine = build_engine(_settled_config(args))
     try:
         tok = engine.tokenizer
         ids = tok.chat([{"role": "user", "content": prompt_text}]) if args.chat else tok.encode(prompt_text)
@@ -165,21 +173,21 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from swiftspec.serve import server
 
+        # defaults left open: the server settles them while it already listens (server.run)
         return server.run(server.server_config_from_args(args), engine_config_from_args(args))
     if args.command == "demo":
         from swiftspec.cli import demo
 
-        return demo.run(args, engine_config_from_args(args, mode="auto"))
+        return demo.run(args, _settled_config(args, mode="auto"))
     if args.command == "worker":
-        from swiftspec.config import EngineConfig
         from swiftspec.runtime.draft_host import serve_draft
 
         args.model = args.draft_model or EngineConfig().draft  # the draft host holds no target: formats follow the draft
-        return serve_draft(engine_config_from_args(args, mode="async"), once=args.once)
+        return serve_draft(_settled_config(args, mode="async"), once=args.once)
     if args.command == "bench":
-        from swiftspec import bench
+        from swiftspec.bench import command as bench_command
 
-        return bench.run(args, engine_config_from_args(args, mode="ar"))
+        return bench_command.run(args, _settled_config(args, mode="ar"))
     if args.command == "trace":
         from swiftspec.cli import trace_view
 
@@ -187,7 +195,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "forecast":
         from swiftspec.cli import forecast
 
-        return forecast.run(args, engine_config_from_args(args, mode="auto"))
+        return forecast.run(args, _settled_config(args, mode="auto"))
     if args.command == "info":
         return _info(args)
     if args.command == "perplexity":

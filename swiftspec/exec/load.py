@@ -1,5 +1,5 @@
-"""Load a model ready to run: the target packed as its weight format asks, the draft's default
-format, and the check that a pair shares its tokenizer."""
+"""Load a model ready to run: the target packed as its weight format asks, the context length a
+config leaves open (0), and the check that a pair shares its tokenizer."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import NO_DRAFT, ConfigError, EngineConfig, LoadConfig
-from swiftspec.kernels import cpu_ext
 from swiftspec.model.args import ModelArgs
 from swiftspec.parallel.state import ParallelState
-from swiftspec.tokenizer import vocab_mismatch
-from swiftspec.weights import DTYPES, load_model, model_args, resolve_source
+from swiftspec.tokenizer import Tokenizer, vocab_mismatch
+from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loader import DTYPES, load_model, model_args
+from swiftspec.weights.source import resolve_source
 
 log = logging.getLogger("swiftspec")
 
@@ -24,40 +25,11 @@ KV_MEMORY_SHARE = 0.25  # the default context's KV caches take at most this shar
 CONTEXT_STEP = 256  # a context capped by memory is a multiple of this
 
 
-def load_target(source: str, load: LoadConfig, parallel=None):
+def load_target(source: str, load: LoadConfig, parallel: ParallelState | None = None) -> LoadedModel:
     """Load a target model (or this rank's shard) and pack its weights as `load.weights` asks."""
     loaded = load_model(source, load, parallel or ParallelState())
     kernels.prepare_model_(loaded.model, load.weights)
     return loaded
-
-
-def default_draft_weights(target: LoadConfig) -> str:
-    """The draft's weight format when --draft-weights is not given.
-
-    On CPU with bf16 activations and the C++ kernels, the draft reads fewer bytes than the
-    target's format would make it (the draft only proposes tokens: its precision never changes
-    the output): a bf16 target gets an int8 draft where the CPU has int8 dot products (VNNI; its
-    acceptance on HumanEval matches a bf16 draft's) and an int4 one at the plain AVX2 level,
-    where an int8 MAC costs twice an int4 one (docs/bench/history/avx2); a GGUF target (`gguf`) gets an
-    int4 one (faster than the draft file as stored, whose Q8_0/Q5_0 blocks run as int8, at no
-    loss of acceptance: docs/bench/history/auto-check).  Otherwise the draft uses the target's format."""
-    own = {"bf16": "int8", "gguf": "int4"}.get(target.weights)
-    if own is None or not target.device.startswith("cpu") or target.dtype != "bfloat16":
-        return target.weights
-    if cpu_ext.load() is None:
-        return target.weights
-    return "int4" if own == "int8" and cpu_ext.level() < cpu_ext.LEVELS["avx2-vnni"] else own
-
-
-def resolve_draft_weights(config: EngineConfig) -> EngineConfig:
-    """config with draft_load.weights set: None (no --draft-weights) becomes default_draft_weights.
-
-    Called where an engine is built or chosen, not while flags are parsed: the default asks
-    whether the C++ kernels load, which may compile them."""
-    if config.draft_load.weights is not None:
-        return config
-    weights = default_draft_weights(config.target_load)
-    return dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, weights=weights))
 
 
 def resolve_context(config: EngineConfig) -> EngineConfig:
@@ -100,11 +72,12 @@ def free_memory(device: str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_pair(target, draft, target_rows: int | None = None, draft_rows: int | None = None) -> None:
-    """Draft and target (swiftspec.tokenizer.Tokenizer each) must agree on every token the draft
-    can emit, since the tree carries token ids between them: the same spelling of each id
-    (tokenizer.vocab_mismatch, given each model's LM-head rows; padding rows may differ), and the
-    same split of a probe text.  ConfigError (one line) naming the first mismatch otherwise."""
+def check_pair(target: Tokenizer, draft: Tokenizer, target_rows: int | None = None,
+               draft_rows: int | None = None) -> None:
+    """Draft and target (their tokenizers) must agree on every token the draft can emit, since
+    the tree carries token ids between them: the same spelling of each id (tokenizer.vocab_mismatch,
+    given each model's LM-head rows; padding rows may differ), and the same split of a probe text.
+    ConfigError (one line) naming the first mismatch otherwise."""
     problem = vocab_mismatch(target.tokens, draft.tokens, target_rows or target.vocab_size,
                              draft_rows or draft.vocab_size)
     if problem is None and target.encode(_PROBE) != draft.encode(_PROBE):

@@ -31,7 +31,9 @@ from swiftspec.runtime.worker_group import WorkerGroup
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.spec import TreeVerifier
 from swiftspec.tree import mask_from_parents
-from swiftspec.weights import load_tokenizer, model_args, resolve_source
+from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loader import load_tokenizer, model_args
+from swiftspec.weights.source import resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,8 @@ class AsyncEngine:
     its followers.
     """
 
-    def __init__(self, config: EngineConfig, joined: Joined | None = None, target=None) -> None:
+    def __init__(self, config: EngineConfig, joined: Joined | None = None,
+                 target: LoadedModel | None = None) -> None:
         """joined: a draft host already linked through parallel/rendezvous.py (no workers to spawn);
         target: the target model, when the caller has loaded it already (tensor-parallel size 1)."""
         self.config = config
@@ -81,7 +84,7 @@ class AsyncEngine:
             raise
 
     @property
-    def target(self):  # -> swiftspec.weights.LoadedModel: this rank's (shard of the) target
+    def target(self) -> LoadedModel:  # this rank's (shard of the) target
         return self.workers.target
 
     def _check_draft(self) -> None:

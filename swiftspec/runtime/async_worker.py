@@ -182,7 +182,7 @@ def torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
 
 def load_for_rank(source: str, load: LoadConfig, groups: Groups):
     """Load this rank's shard of the model, on its own GPU when on CUDA."""
-    from swiftspec.weights import load_model
+    from swiftspec.weights.loader import load_model
 
     if load.device.startswith("cuda"):
         device = f"cuda:{groups.rank % torch.cuda.device_count()}"

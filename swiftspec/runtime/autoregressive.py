@@ -8,6 +8,7 @@ from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
+from swiftspec.weights.loaded import LoadedModel
 
 
 class AutoregressiveEngine:
@@ -15,7 +16,7 @@ class AutoregressiveEngine:
 
     fault: str | None = None  # runs in this process alone: nothing to lose
 
-    def __init__(self, target, max_seq_len: int) -> None:  # target: swiftspec.weights.LoadedModel
+    def __init__(self, target: LoadedModel, max_seq_len: int) -> None:
         self.runner = ModelRunner(target.model, max_seq_len, max_nodes=1)
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len

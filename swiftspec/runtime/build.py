@@ -6,9 +6,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig
-from swiftspec.exec.load import check_pair, load_target, resolve_context, resolve_draft_weights
+from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig, require_settled
+from swiftspec.exec.load import check_pair, load_target, resolve_context
 from swiftspec.runtime.base import Engine
+from swiftspec.weights.loaded import LoadedModel
 
 
 def chain_config(tree: TreeConfig) -> TreeConfig:
@@ -19,13 +20,16 @@ def chain_config(tree: TreeConfig) -> TreeConfig:
                                adaptive=False, lookup=False)
 
 
-def build_engine(config: EngineConfig, target=None) -> Engine:
+def build_engine(config: EngineConfig, target: LoadedModel | None = None) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
-    runtime.auto chooses (it says which, and why, in one line on stderr).  With config.trace set,
+    runtime.auto chooses (it says which, and why, in one line on stderr).  config: settled by
+    runtime.defaults.resolve_defaults (its context length, when 0, is settled here, where the
+    models' headers and the free memory are known).  With config.trace set,
     every request's timeline goes to that file.  target: the target already loaded as
     config.target_load asks (exec.load.load_target, tensor-parallel size 1), which engines may
     share (each keeps its own KV cache); None loads it."""
-    config = resolve_context(resolve_draft_weights(config))
+    require_settled(config)
+    config = resolve_context(config)
     if config.mode == AUTO:
         from swiftspec.runtime.auto.choose import decide
 
@@ -40,8 +44,8 @@ def build_engine(config: EngineConfig, target=None) -> Engine:
     return engine
 
 
-def _build(config: EngineConfig, target) -> Engine:
-    from swiftspec.weights import load_model
+def _build(config: EngineConfig, target: LoadedModel | None) -> Engine:
+    from swiftspec.weights.loader import load_model
 
     _check_placement(config)
     if target is not None and config.target_tp > 1:

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import time
 
-from swiftspec.config import NO_DRAFT, EngineConfig
+from swiftspec.config import NO_DRAFT, EngineConfig, require_settled
 from swiftspec.errors import LinkError, UserError, link_errors
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
 from swiftspec.parallel.rendezvous import Joined, connect, read_secret
@@ -62,16 +62,17 @@ class DraftHostIO:
 
 def serve_draft(config: EngineConfig, once: bool = False) -> int:
     """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
-    until it leaves, and link again (once: return after the first link ends)."""
-    from swiftspec.exec.load import resolve_draft_weights
+    until it leaves, and link again (once: return after the first link ends).  config: settled by
+    runtime.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
     from swiftspec.spec import build_drafter
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
-    from swiftspec.weights import load_model, model_args, resolve_source
+    from swiftspec.weights.loader import load_model, model_args
+    from swiftspec.weights.source import resolve_source
 
     remote = config.remote
     if config.draft == NO_DRAFT:
         raise UserError("a draft host needs a draft model (--draft-model)")
-    config = resolve_draft_weights(config)
+    require_settled(config)
     if not config.draft_load.max_seq_len:  # the draft's own context: at least what a target host of the pair takes
         length = model_args(resolve_source(config.draft)).max_position_embeddings
         config = dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, max_seq_len=length))

@@ -20,6 +20,7 @@ from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.rendezvous import Hello, Listener, read_secret, tokenizer_digest
 from swiftspec.runtime.base import Generation, GenerationStats, Rounds, token_budget
 from swiftspec.sampling import SamplingParams
+from swiftspec.weights.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 BEAT_KEY = "beat"  # the draft host counts up this store key while idle: the target sees it is alive
@@ -47,7 +48,7 @@ def add_tail(stats: GenerationStats, tail: GenerationStats, offset_s: float) -> 
 class RemoteEngine:
     """Target host: async with a linked draft host, else ar (degraded) until one joins."""
 
-    def __init__(self, config: EngineConfig, target=None) -> None:
+    def __init__(self, config: EngineConfig, target: LoadedModel | None = None) -> None:
         """target: the target model, when the caller has loaded it already."""
         from swiftspec.exec.load import load_target
         from swiftspec.runtime.autoregressive import AutoregressiveEngine

@@ -16,6 +16,7 @@ from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.spec import TreeDrafter, TreeVerifier
 from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
+from swiftspec.weights.loaded import LoadedModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class SerialEngine:
 
     fault: str | None = None  # runs in this process alone: nothing to lose
 
-    def __init__(self, target, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
+    def __init__(self, target: LoadedModel, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
         self.cfg = cfg
         self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
         self.drafter = drafter

@@ -25,6 +25,7 @@ from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init
 from swiftspec.runtime.protocol import DistTransport, GroupBroadcast, Shutdown
 from swiftspec.runtime.supervisor import LOAD_S, POLL_S, Watchdog, WorkerPool
 from swiftspec.spec import TreeVerifier
+from swiftspec.weights.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 CAUSE_GRACE_S = 1.0  # after a failed message, how long a dying worker's exit may take to show
@@ -38,7 +39,8 @@ class WorkerGroup:
     fault: no request runs until recover() has started fresh workers (spawned ones only; torchrun's
     and a linked draft host cannot be respawned from here)."""
 
-    def __init__(self, config: EngineConfig, joined: Joined | None = None, target=None) -> None:
+    def __init__(self, config: EngineConfig, joined: Joined | None = None,
+                 target: LoadedModel | None = None) -> None:
         """joined: a draft host already linked (no workers to spawn); target: the target model, when
         the caller has loaded it already.  Under torchrun, ranks > 0 serve here and never return."""
         self.config = config

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from swiftspec.config import EngineConfig, ServerConfig
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime import build_engine
+from swiftspec.runtime.defaults import resolve_defaults
 from swiftspec.runtime.base import Engine
 from swiftspec.serve import infill
 from swiftspec.serve.generation import JobStream, Plan, Service
@@ -231,7 +232,10 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def run(config: ServerConfig, engine_config: EngineConfig) -> int:
     """`swiftspec serve`: listen at once (/health: starting), build the engine meanwhile, and serve
-    it until interrupted. An engine that cannot be built stops the server, and its error is raised."""
+    it until interrupted. An engine that cannot be built stops the server, and its error is raised.
+    engine_config: as parsed; its open defaults are settled (runtime.defaults.resolve_defaults) in the
+    build, after the server listens, since settling them may run the CUDA check and compile the C++
+    kernels."""
     if not config.api_key and not _is_loopback(config.host):
         log.warning("serving on %s without --api-key: anyone who can reach it may use it", config.host)
     signal.signal(signal.SIGTERM, _terminated)
@@ -241,7 +245,7 @@ def run(config: ServerConfig, engine_config: EngineConfig) -> int:
         failed.append(exc)
         server.should_exit = True
 
-    app = create_app(lambda: build_engine(engine_config), config, start_failed)
+    app = create_app(lambda: build_engine(resolve_defaults(engine_config)), config, start_failed)
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, timeout_graceful_shutdown=5,
                                            log_level="info"))
     try:

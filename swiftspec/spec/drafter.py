@@ -39,6 +39,7 @@ from swiftspec.tree import (
     select_subtree,
     topk_children,
 )
+from swiftspec.weights.loaded import LoadedModel
 
 # How likely a sampled request's draft draw (tree.coupled_children) is the target's token, as the
 # tree ranks it: about the per-token acceptance of greedy rounds on chat (trust() scales it down
@@ -209,8 +210,8 @@ class _Pending:
         self.mask = mask  # [p, prefix_len]
 
 
-def build_drafter(draft, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, weights: str) -> TreeDrafter:
-    """A drafter over a loaded draft model (swiftspec.weights.LoadedModel): a pruned LM head of
+def build_drafter(draft: LoadedModel, cfg: TreeConfig, max_seq_len: int, draft_vocab: int, weights: str) -> TreeDrafter:
+    """A drafter over a loaded draft model: a pruned LM head of
     the draft_vocab most frequent code tokens when a table matches its tokenizer (beside the full
     head, which requests outside it use), then pack its weights (bf16 stays bf16, served by the
     small-M kernel where it applies)."""

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 from swiftspec.config import LoadConfig
 from swiftspec.parallel.state import ParallelState
 from swiftspec.exec.runner import ModelRunner
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=64)
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79]

@@ -125,7 +125,7 @@ def test_bundled_chat_set() -> None:
 
 
 def test_chat_flag_applies_the_chat_template(tiny_qwen_dir) -> None:
-    from swiftspec.bench import _encode
+    from swiftspec.bench.command import _encode
     from swiftspec.config import EngineConfig, LoadConfig
     from swiftspec.tokenizer import Tokenizer
 
@@ -138,7 +138,7 @@ def test_chat_flag_applies_the_chat_template(tiny_qwen_dir) -> None:
 def test_long_code_and_fim_sets(tiny_fim_dir, tiny_qwen_dir) -> None:
     """The long-context sets ship with the package: 8 long completions, and 8 FIM cuts that bench
     renders with the model's FIM tokens (a model without them is a one-line error)."""
-    from swiftspec.bench import _context, _encode
+    from swiftspec.bench.command import _context, _encode
     from swiftspec.config import EngineConfig
     from swiftspec.fim import find_fim_tokens
     from swiftspec.tokenizer import Tokenizer

@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from swiftspec.config import LoadConfig
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 from swiftspec.weights.tiny import add_tokenizer
 
 ATOL = 1e-4  # fp32, logits of O(1)

@@ -28,7 +28,7 @@ import torch
 from spec_stats import Z_1E6, chi_square_threshold, exact_distribution, sharp_pair
 from swiftspec.config import LoadConfig
 from swiftspec.sampling import SamplingParams
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 LOOPING_PROMPT = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]
 PARAMS = SamplingParams(temperature=0.8, top_p=0.95)

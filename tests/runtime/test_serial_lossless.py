@@ -16,7 +16,7 @@ from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.spec.costs import RoundCosts, RoundTimes
 from swiftspec.sampling import SamplingParams
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 from conftest import FP32
 

@@ -22,7 +22,7 @@ import torch
 
 from swiftspec.config import LoadConfig
 from swiftspec.exec.runner import causal_mask
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 pytestmark = pytest.mark.slow
 

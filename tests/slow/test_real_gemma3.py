@@ -14,7 +14,7 @@ import torch
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 pytestmark = pytest.mark.slow
 GGUF = Path(os.environ.get("SWIFTSPEC_GEMMA3_GGUF", "/nonexistent"))

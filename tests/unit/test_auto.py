@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from swiftspec.config import AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.config import AutoConfig, ConfigError, EngineConfig, TreeConfig
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.choose import Decision, choose, predictions
 from swiftspec.runtime.auto.model import (
@@ -126,15 +126,6 @@ def test_an_explicit_mode_refuses_flags_it_would_ignore(argv) -> None:
     assert "would ignore it" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_verify_size_past_the_kernel_rows_is_refused() -> None:
-    from swiftspec.kernels import MAX_DECODER_ROWS
-
-    with pytest.raises(ConfigError, match="exceeds the 16 rows") as err:
-        engine_config_from_args(_args("--mode", "tree", "--verify-size", str(MAX_DECODER_ROWS + 1)))
-    assert "\n" not in str(err.value)
-    assert engine_config_from_args(_args("--mode", "tree", "--verify-size", str(MAX_DECODER_ROWS))).tree.verify_size == 16
-
-
 def test_switches_are_booleans() -> None:
     config = engine_config_from_args(_args("--mode", "tree", "--no-adaptive", "--adaptive-verify", "--no-lookup"))
     assert config.tree.adaptive is False and config.tree.adaptive_verify is True and config.tree.lookup is False
@@ -146,33 +137,6 @@ def test_defaults_are_auto_and_cpu() -> None:
     config = engine_config_from_args(_args())
     assert config.mode == "auto" and config.tree == TreeConfig() and config.draft == EngineConfig().draft
     assert engine_config_from_args(_args("--mode", "tree", "--width", "4")).tree.width == 4
-
-
-def test_parsing_flags_compiles_no_cpp(monkeypatch) -> None:
-    """The draft's default format asks whether the C++ kernels load (a JIT build): flag parsing
-    leaves it None, and building the engine resolves it (exec.load.resolve_draft_weights)."""
-    from swiftspec.exec.load import resolve_draft_weights
-    from swiftspec.kernels import cpu_ext
-
-    def no_build():  # noqa: ANN202
-        raise AssertionError("parsing flags loaded (and may have compiled) the C++ kernels")
-
-    monkeypatch.setattr(cpu_ext, "load", no_build)
-    configs = [engine_config_from_args(_args(*argv)) for argv in [(), ("--weights", "bf16"), ("--weights", "int4")]]
-    assert [c.draft_load.weights for c in configs] == [None, None, None]
-    assert engine_config_from_args(_args("--draft-weights", "int4")).draft_load.weights == "int4"
-    for kernels_load, level, want in [(object(), "avx512-vnni", "int8"), (object(), "avx2-vnni", "int8"),
-                                      (object(), "avx2", "int4"), (None, "none", "bf16")]:
-        monkeypatch.setattr(cpu_ext, "load", lambda k=kernels_load: k)
-        monkeypatch.setitem(cpu_ext._state, "level", cpu_ext.LEVELS[level])
-        assert resolve_draft_weights(configs[1]).draft_load.weights == want, level  # a bf16 target on CPU
-    assert resolve_draft_weights(configs[2]).draft_load.weights == "int4"  # the target's own format
-    gguf = EngineConfig(target_load=LoadConfig(weights="gguf"), draft_load=LoadConfig(weights=None))
-    for kernels_load, want in [(object(), "int4"), (None, "gguf")]:  # a GGUF target: an int4 draft
-        monkeypatch.setattr(cpu_ext, "load", lambda k=kernels_load: k)
-        assert resolve_draft_weights(gguf).draft_load.weights == want
-    with pytest.raises(ConfigError, match="target's weight format"):
-        EngineConfig(target_load=LoadConfig(weights=None))
 
 
 def test_profile_cache_round_trip(tmp_cache, tiny_qwen_dir, tiny_draft_dir) -> None:

@@ -13,7 +13,7 @@ import pytest
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
 from swiftspec.weights.tiny import write_gguf
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 LOAD = LoadConfig(dtype="float32")
 

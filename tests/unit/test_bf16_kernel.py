@@ -18,7 +18,7 @@ from swiftspec import kernels
 from swiftspec.config import LoadConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.model.transformer import Transformer
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 NATIVE = cpu_ext.LEVELS["avx512-bf16"]  # from here up, prefill runs oneDNN's native bf16 GEMM
 

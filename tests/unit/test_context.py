@@ -12,7 +12,7 @@ from swiftspec.errors import UserError
 from swiftspec.exec import load
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.weights import load_model, model_args
+from swiftspec.weights.loader import load_model, model_args
 
 
 def _config(target: Path, draft: Path, mode: str = "tree", max_seq_len: int = 0) -> EngineConfig:

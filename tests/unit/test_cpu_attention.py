@@ -14,7 +14,7 @@ from swiftspec.config import LoadConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.tree_attention import grouped_attention
 from swiftspec.tree import mask_from_parents
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 
 
 @pytest.fixture

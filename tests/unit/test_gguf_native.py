@@ -17,7 +17,7 @@ from swiftspec.kernels.packed import PackedWeight
 from swiftspec.kernels.quant_ref import dequantize
 from swiftspec.exec.load import load_target
 from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
-from swiftspec.weights import load_model
+from swiftspec.weights.loader import load_model
 from swiftspec.weights.convert import tokenizer_dir
 from swiftspec.weights.gguf import GGUFCheckpoint
 

@@ -13,7 +13,8 @@ from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
 from swiftspec.cli.main import main
 from swiftspec.weights.tiny import write_gguf
-from swiftspec.weights import load_model, resolve_source
+from swiftspec.weights.loader import load_model
+from swiftspec.weights.source import resolve_source
 from swiftspec.weights.hub import HubId, parse_hub_id
 
 LOAD = LoadConfig(dtype="float32", max_seq_len=64)

@@ -18,7 +18,7 @@ from swiftspec.config import LoadConfig
 from swiftspec.model.args import RopeScaling
 from swiftspec.exec.runner import causal_mask
 from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
-from swiftspec.weights import load_model, load_tokenizer, open_checkpoint
+from swiftspec.weights.loader import load_model, load_tokenizer, open_checkpoint
 from swiftspec.weights import convert
 from swiftspec.weights.gguf import (
     GGUFCheckpoint,

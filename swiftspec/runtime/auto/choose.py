@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from swiftspec.config import EngineConfig
-from swiftspec.exec.load import resolve_draft_weights
+from swiftspec.config import EngineConfig, require_settled
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.model import (
     Calibration,
@@ -82,7 +81,7 @@ def draft_formats(config: EngineConfig) -> tuple[str, ...]:
     """Draft weight formats to profile: on CPU with the C++ kernels and bf16 activations, int4 beside a
     4-bit target (gguf, int4) and int8 and int4 beside a wider one (the draft's precision never
     changes the output; a bf16 draft accepts no more than an int8 one and reads twice the bytes:
-    exec.load.default_draft_weights), else the configured one."""
+    runtime.defaults.default_draft_weights), else the configured one."""
     if not config.auto.choose_draft_weights:
         return (config.draft_load.weights,)
     load = config.draft_load
@@ -116,8 +115,9 @@ def predictions(profile: PairProfile, config: EngineConfig, cal: Calibration = C
 
 
 def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
-    """Profile (or read the cached profile) and choose; config.mode is replaced by the choice."""
-    config = resolve_draft_weights(config)
+    """Profile (or read the cached profile) and choose; config.mode is replaced by the choice.
+    config: settled by runtime.defaults.resolve_defaults."""
+    require_settled(config)
     formats = draft_formats(config)
     key = store.profile_key(config, formats)
     profile = None if config.auto.reprofile else store.load(key)

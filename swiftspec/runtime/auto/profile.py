@@ -19,6 +19,8 @@ from swiftspec.parallel.groups import Layout
 from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.exec.runner import ModelRunner, causal_mask
+from swiftspec.tokenizer import Tokenizer
+from swiftspec.weights.loaded import LoadedModel
 
 TARGET_ROWS = (1, 4, 8)  # row counts timed: decode, chain and tree verification (linear in between and beyond)
 DRAFT_ROWS = (1, 4, 8)  # a chain's leaf, a focused and a full-width tree expansion
@@ -135,10 +137,10 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
                        seconds=time.perf_counter() - start)
 
 
-def _load_draft(config: EngineConfig, target_tokenizer, target_rows: int):  # -> swiftspec.weights.LoadedModel
+def _load_draft(config: EngineConfig, target_tokenizer: Tokenizer, target_rows: int) -> LoadedModel:
     """The draft's unpacked weights, loaded once for every format (packing happens per format)."""
     from swiftspec.exec.load import check_pair
-    from swiftspec.weights import load_model
+    from swiftspec.weights.loader import load_model
 
     draft = load_model(config.draft, config.draft_load)
     check_pair(target_tokenizer, draft.tokenizer, target_rows, draft.args.vocab_size)
@@ -151,8 +153,8 @@ class _Draft:
     head_rows: int | None  # rows of its pruned LM head (None: the whole vocabulary)
 
 
-def _profile_draft(config: EngineConfig, fmt: str, draft, texts: list[Text], greedy: list[torch.Tensor],
-                   place: Placement) -> _Draft:
+def _profile_draft(config: EngineConfig, fmt: str, draft: LoadedModel, texts: list[Text],
+                   greedy: list[torch.Tensor], place: Placement) -> _Draft:
     """The draft packed as fmt, as the engines build it (pruned LM head, packed weights)."""
     from swiftspec.spec import build_drafter
 

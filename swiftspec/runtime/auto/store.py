@@ -45,7 +45,7 @@ class ProfileKey:
 
 def model_identity(source: str) -> str:
     """A bundled model's sha256, else the resolved files' paths, sizes and modification times."""
-    from swiftspec.weights import resolve_source
+    from swiftspec.weights.source import resolve_source
     from swiftspec.weights.bundled import BUNDLED
 
     if source in BUNDLED:
