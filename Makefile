@@ -55,7 +55,7 @@ install-ikllama: install
 	$(PY) tools/build_ikllama.py
 
 bench-kernels: install
-	$(PY) bench/kernels.py
+	$(PY) benchmarks/kernels.py
 
 style: install
 	$(PY) tools/check_style.py

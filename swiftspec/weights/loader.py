@@ -7,7 +7,7 @@ For bf16, int8 and int4 (dense weights) a GGUF is converted once into the cache 
 and every load then reads an HF-style directory.  Bundled names are pulled on first use (see
 bundled.py), hub ids resolve through the Hugging Face hub cache (see hub.py).  The GGUF modules
 (and the gguf package they need) are imported only when a GGUF is read, so that an HF directory
-loads, and the engines import, where gguf is not installed (a GPU machine's own torch, bench/gpu_check.py).
+loads, and the engines import, where gguf is not installed (a GPU machine's own torch, benchmarks/gpu_check.py).
 """
 
 from __future__ import annotations

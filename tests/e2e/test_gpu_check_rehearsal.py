@@ -1,4 +1,4 @@
-"""The CPU rehearsal of the offline GPU check (bench/gpu_check.sh --device cpu --tiny): every step
+"""The CPU rehearsal of the offline GPU check (benchmarks/gpu_check.sh --device cpu --tiny): every step
 runs or says in one line why it does not apply here, the JSON and Markdown reports come out with
 their keys, and the driver imports none of the packages the GPU machine lacks."""
 
@@ -17,7 +17,7 @@ MODE_KEYS = {"measured tok/s", "measured acceptance", "measured ms/round", "roun
 
 
 def test_cpu_rehearsal_writes_every_step(tmp_path: Path) -> None:
-    cmd = ["bash", "bench/gpu_check.sh", "--device", "cpu", "--tiny", "--splits", "1+1", "--prompts", "1",
+    cmd = ["bash", "benchmarks/gpu_check.sh", "--device", "cpu", "--tiny", "--splits", "1+1", "--prompts", "1",
            "--prompt-len", "12", "--tokens", "10", "--cpu-tokens", "6", "--iters", "3", "--prefix", "16",
            "--window", "0.2", "--max-seq-len", "128", "--depth", "2"]
     env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)

@@ -1,7 +1,7 @@
 """Inputs shared by the GPU-path tests: RoPE tables, token-tree masks and a tiny random model.
 
 Nothing here imports swiftspec.weights' GGUF side: a GPU machine's own torch may lack gguf
-(bench/gpu_check.py runs these tests there with --noconftest)."""
+(benchmarks/gpu_check.py runs these tests there with --noconftest)."""
 
 from __future__ import annotations
 

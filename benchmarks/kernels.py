@@ -9,7 +9,7 @@ streams the whole model from DRAM), the rounds interleave the implementations so
 other processes hits them alike, and the tables report the minimum over rounds and sweeps (the
 least-disturbed run).
 
-Run: .venv/bin/python bench/kernels.py [--threads 2] [--rounds 10] [--sweeps 2] [--models 1.5B,0.5B]
+Run: .venv/bin/python benchmarks/kernels.py [--threads 2] [--rounds 10] [--sweeps 2] [--models 1.5B,0.5B]
      [--no-lm-head]  (about 3 minutes with the LM heads on a 2-core host)
 """
 

@@ -6,7 +6,7 @@ q6k, q8_0, q5_0, q4_0).  COPIES copies of every weight are cycled so each call s
 from DRAM; the (format, level) cells are interleaved within each round, so host noise hits them
 alike; the table keeps the minimum.  --shape N,K times that one shape instead of the set.
 
-Run: .venv/bin/python bench/kernel_levels.py [--formats int4,int8,q4k,q6k]
+Run: .venv/bin/python benchmarks/kernel_levels.py [--formats int4,int8,q4k,q6k]
          [--levels avx2,avx2-vnni,avx512-bf16] [--ms 1,4,8,16] [--rounds 15] [--threads 2] [--shape N,K]
 """
 

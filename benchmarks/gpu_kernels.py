@@ -7,7 +7,7 @@ heads, 1 KV head, head_dim 128, I = 3584) plus an 8B-sized rank at TP 1; T and M
 and verify batch (1, 8, 16). The step benchmark uses a random-weight Qwen2.5-0.5B-shaped model (the
 default draft). Times are medians of CUDA-event timings after warm-up, in microseconds.
 
-Run: python bench/gpu_kernels.py [--quick] [--iters 50]   (about a minute on an H200; exits 0 with a
+Run: python benchmarks/gpu_kernels.py [--quick] [--iters 50]   (about a minute on an H200; exits 0 with a
 message where CUDA or Triton is missing)
 """
 

@@ -1,4 +1,4 @@
-"""The async engine over a random pair, for bench/gpu_check.py: this process leads the target group
+"""The async engine over a random pair, for benchmarks/gpu_check.py: this process leads the target group
 (runtime.async_engine.AsyncEngine, handed the target and an already linked draft), and the draft
 group is a process of ours that builds its random draft from the same seed and runs the engine's
 own draft loop (runtime.async_worker.draft_loop).  No weights pass through files.

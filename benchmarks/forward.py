@@ -5,7 +5,7 @@ the unfused forward (the same kernels called op by op from Python), interleaved 
 Each call runs T new tokens (a chain) after a 300-token prefix, then the full LM head (the draft
 engine uses a pruned one); the table reports the minimum over rounds.
 
-Run: .venv/bin/python bench/forward.py [--weights bf16,int8,int4] [--rounds 15] [--rows 1,4,8,16]
+Run: .venv/bin/python benchmarks/forward.py [--weights bf16,int8,int4] [--rounds 15] [--rows 1,4,8,16]
 """
 
 from __future__ import annotations

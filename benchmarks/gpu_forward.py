@@ -1,4 +1,4 @@
-"""Per-forward latency for bench/gpu_check.py (step 2): target and draft at 1 and 8 rows after a
+"""Per-forward latency for benchmarks/gpu_check.py (step 2): target and draft at 1 and 8 rows after a
 prefix, eager and replaying CUDA graphs (exec/cuda_graph.py), and the floor under any forward: one
 tiny op, timed with CUDA events on a GPU (perf_counter on the CPU)."""
 

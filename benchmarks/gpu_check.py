@@ -1,5 +1,5 @@
 """Offline GPU check of SwiftSpec's CUDA path: proves it runs and measures it on a lent device with
-no network and no model files (bench/gpu_check.sh runs it; docs/bench/gpu/README.md).
+no network and no model files (benchmarks/gpu_check.sh runs it; docs/bench/gpu/README.md).
 
 Steps, in the order that makes a short run yield the most; each is guarded (a failure prints one
 line and the next step runs) and the results are rewritten after every step:

@@ -1,4 +1,4 @@
-"""How the two groups can share one device, for bench/gpu_check.py (step 4).
+"""How the two groups can share one device, for benchmarks/gpu_check.py (step 4).
 
 Two processes (what the async engine runs): a target process verifying bs rows and a draft
 process expanding w rows, each timing its forward for a fixed window alone and then with the other

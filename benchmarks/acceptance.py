@@ -2,7 +2,7 @@
 and HumanEval prompts (greedy; acceptance only, no timing).  The models load once and every variant
 decodes each prompt in turn.
 
-Run: SWIFTSPEC_CACHE=... .venv/bin/python bench/acceptance.py [--chat 8] [--code 5] [--max-tokens 128]
+Run: SWIFTSPEC_CACHE=... .venv/bin/python benchmarks/acceptance.py [--chat 8] [--code 5] [--max-tokens 128]
      [--variants full@0,code@0,mixed@0,prompt@0,full@1,mixed@1] [--weights int4] [--depth 0] [--adaptive 1]
 A variant is HEAD@LOOKUP (LOOKUP: 1 = prompt-lookup candidates in the tree, 0 = none).
 Heads: full (whole LM head), code / mixed (the 32768 most frequent ids of that table, code:65536 for

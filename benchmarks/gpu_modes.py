@@ -1,4 +1,4 @@
-"""Decode speed of the engines on a random pair, for bench/gpu_check.py: steps 3 (ar, chain, tree,
+"""Decode speed of the engines on a random pair, for benchmarks/gpu_check.py: steps 3 (ar, chain, tree,
 async on the device) and 5 (tree against async on disjoint CPU core sets, int4).
 
 MEASURED: tok/s, rounds and the time per round of each engine on the random pair (greedy, fixed

@@ -1,11 +1,11 @@
-"""Random-weight model pairs for bench/gpu_check.py, built from a seed on the device (no files), and
+"""Random-weight model pairs for benchmarks/gpu_check.py, built from a seed on the device (no files), and
 the serial engines (ar, chain, tree) that run them.
 
 The default pair's shapes are hard-coded: the GPU machine has no model files.  They were read with
 swiftspec.weights.loader.model_args from the cached GGUFs (~/.cache/swiftspec/models/qwen2.5-coder-
 {1.5b,0.5b}-instruct.gguf), equal field by field on 2026-12-03.  With random weights every per-forward latency is real, and acceptance is not: a random draft
 agrees with a random target about as often as chance, so tok/s is measured per round and the
-acceptance lengths come from the CPU runs of the real pair (bench/gpu_check.py, step 3).
+acceptance lengths come from the CPU runs of the real pair (benchmarks/gpu_check.py, step 3).
 """
 
 from __future__ import annotations

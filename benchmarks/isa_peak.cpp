@@ -3,7 +3,7 @@
 // accumulator chains.  It bounds what a linear over M rows can take once it is compute-bound:
 // time >= M * params / (2 cores x MACs per second).
 //
-//   g++ -O2 -Wno-ignored-attributes -o /tmp/isa_peak bench/isa_peak.cpp && /tmp/isa_peak
+//   g++ -O2 -Wno-ignored-attributes -o /tmp/isa_peak benchmarks/isa_peak.cpp && /tmp/isa_peak
 // Run one copy per core at once to see whether the clock holds with both cores busy:
 //   (/tmp/isa_peak & /tmp/isa_peak; wait)
 // Dev box (Zen 4 VM, 2 cores, 2026-11-29): 3.6-3.7 G/s each, i.e. one zmm instruction per cycle:

@@ -1,7 +1,7 @@
 """A/B of engine settings in one process: every engine decodes each prompt in turn, so machine
 noise hits them alike (the bench CLI loads one mode at a time within a group).
 
-Run: .venv/bin/python bench/ab.py SPEC [SPEC ...] [--prompts 6] [--max-tokens 128]
+Run: .venv/bin/python benchmarks/ab.py SPEC [SPEC ...] [--prompts 6] [--max-tokens 128]
   SPEC = mode:draft_weights:depth:adaptive[:target_weights[:verify_size[:adaptive_verify]]],
   e.g. chain:int8:4:0 tree:int8:7:1 tree:int4:0:1:int4:8:0
 Prints decode tok/s (prefill excluded), acceptance length and time per round for each SPEC.

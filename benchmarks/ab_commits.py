@@ -4,7 +4,7 @@ Each checkout runs in its own worker process (its own PYTHONPATH and kernel buil
 driver loads the same mode in both, then sends every prompt to A and B in turn, so host noise hits
 both alike, and compares decode tok/s (prefill excluded) and the greedy tokens.
 
-Run: .venv/bin/python bench/ab_commits.py A_DIR B_DIR --modes ar,tree,ar@int4,tree@int4 \\
+Run: .venv/bin/python benchmarks/ab_commits.py A_DIR B_DIR --modes ar,tree,ar@int4,tree@int4 \\
          [--prompts 5] [--max-tokens 128] [--threads 2] [--dataset chat --chat]
 """
 

@@ -3,7 +3,7 @@
 Trees grow 8 leaves x 8 children at a time from random draft log-probs up to N nodes (the budget
 is 1024); each call is timed as the mean of 100 after one untimed call.
 
-Run: .venv/bin/python bench/tree_ops.py [--sizes 64,256,1024] [--threads 2]
+Run: .venv/bin/python benchmarks/tree_ops.py [--sizes 64,256,1024] [--threads 2]
 """
 
 from __future__ import annotations
