@@ -19,7 +19,7 @@ LinearFn = Callable[[torch.Tensor, "PackedWeight", "torch.Tensor | None"], torch
 @dataclass(frozen=True, eq=False)
 class PackedWeight:
     """A packed [N, K] weight (or a bf16 one wrapped as is); F.linear(x, qw, b) on it routes to
-    swiftspec.kernels.linear (installed by kernels/__init__.py through route_linear)."""
+    swiftspec.kernels.linear (installed by kernels/dispatch.py through route_linear)."""
 
     fmt: str  # "int8" | "int4" | "bf16" | "q4k" | "q5k" | "q6k" (GGUF K-quants, kquant.py) | "q8_0" | "q5_0" | "q4_0" (qblock.py)
     shape: tuple[int, int]  # logical (N, K)

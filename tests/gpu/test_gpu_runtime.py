@@ -31,8 +31,8 @@ def _attention_args(num_tokens: int, length: int, dtype: torch.dtype = torch.bfl
 @needs_triton
 def test_dispatch_launches_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = kernels.tree_attention_triton
-    monkeypatch.setattr(kernels, "tree_attention_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = kernels.dispatch.tree_attention_triton
+    monkeypatch.setattr(kernels.dispatch, "tree_attention_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
     args = _attention_args(8, 100)
     out = kernels.tree_attention(*args)
     assert calls == [1]
