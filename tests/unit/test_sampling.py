@@ -81,16 +81,22 @@ def test_greedy_is_one_hot_argmax():
     assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
 
 
-def test_sample_follows_probs():
-    # Chi-square at significance 1e-6 (5 df: threshold 39.7); seeded, so deterministic.
-    probs = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.25, 0.05])
-    draws = sample(probs.expand(50_000, -1), torch.Generator().manual_seed(3))
+PROBS = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.25, 0.05])
+
+
+def assert_follows_probs(draws: torch.Tensor) -> None:
+    """Chi-square of draws [50,000] against PROBS at significance 1e-6 (5 df: threshold 39.7);
+    the draws are seeded, so the test is deterministic.  No draw of the token without mass."""
     assert draws.dtype == torch.int64 and draws.shape == (50_000,)
     counts = torch.bincount(draws, minlength=6).double()
     assert counts[1] == 0
-    expected = probs.double() * draws.numel()
+    expected = PROBS.double() * draws.numel()
     keep = expected > 0
     assert float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()) < 39.7
+
+
+def test_sample_follows_probs():
+    assert_follows_probs(sample(PROBS.expand(50_000, -1), torch.Generator().manual_seed(3)))
 
 
 def test_sample_is_reproducible_per_seed():
@@ -114,14 +120,8 @@ def test_draws_depend_on_the_seed_and_the_position_alone():
 
 
 def test_sample_at_follows_probs():
-    """Chi-square at significance 1e-6 (5 df: threshold 39.7) over 50,000 positions' uniforms."""
-    probs = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.25, 0.05])
-    picks = sample_at(probs.expand(50_000, -1), Draws(3).uniforms(0, 50_000))
-    counts = torch.bincount(picks, minlength=6).double()
-    assert counts[1] == 0
-    expected = probs.double() * picks.numel()
-    keep = expected > 0
-    assert float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()) < 39.7
+    """Over 50,000 positions' uniforms."""
+    assert_follows_probs(sample_at(PROBS.expand(50_000, -1), Draws(3).uniforms(0, 50_000)))
 
 
 def test_sample_at_never_picks_a_token_without_mass():
