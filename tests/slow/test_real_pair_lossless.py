@@ -1,4 +1,5 @@
-"""The real default pair: chain, tree and async greedy output equals `ar` on a HumanEval prompt,
+"""The real default pair: chain, tree and async greedy output equals `ar` on a HumanEval prompt (and
+the tree's seeded sampled output too, with gguf weights),
 with bf16, int4 and gguf (the file's K-quant blocks as stored) target weights, at the lowest (AVX2) and the highest ISA level this CPU
 runs.  The avx2-vnni level needs no run of its own: its only kernels of its own, the int8/int4 and
 K-quant linears, give the AVX2 path's bits (test_kernels, test_gguf_kernels), so its engines
@@ -101,5 +102,27 @@ def test_greedy_equals_ar(real_pair, reference, mode) -> None:
         if mode == "chain":  # rounds that take the whole chain and rounds that take none of it
             lengths = generation.stats.accept_lengths
             assert {1, TreeConfig().chain_length + 1} <= set(lengths), lengths
+    finally:
+        engine.close()
+
+
+SAMPLED = SamplingParams(temperature=0.7, top_p=0.9, seed=5)
+
+
+def test_sampled_tree_equals_ar(real_pair, reference) -> None:
+    """Seeded sampling (T 0.7, top-p 0.9), the file's own weights: the tree's tokens are ar's, as
+    every position's token is one draw of its uniform (sampling.Draws) whichever round reaches it;
+    its trees put the draft's own draw at that uniform first (tree.coupled_children).  Needs the
+    invariant CPU kernels (bitwise equal logits): a near-tie of two logits is no tie of a draw."""
+    ref = reference
+    if ref.load.weights != "gguf" or not all(cpu_ext.kernel_paths().values()):
+        pytest.skip("one format (gguf) where the invariant CPU kernels run")
+    want = [t for chunk in ref.ar.generate(ref.ids, SAMPLED, 40) for t in chunk]
+    engine = build_engine(EngineConfig(mode="tree", target=str(real_pair.target), draft=str(real_pair.draft),
+                                       target_load=ref.load, draft_load=ref.load), ref.target)
+    try:
+        generation = engine.generate(ref.ids, SAMPLED, 40)
+        assert [t for chunk in generation for t in chunk] == want
+        assert generation.stats.acceptance_length > 1.5
     finally:
         engine.close()
