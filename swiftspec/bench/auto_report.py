@@ -36,15 +36,16 @@ def resolve(specs: list[ModeSpec], base: EngineConfig, draft_weights: str | None
     return out, decisions
 
 
-def auto_entries(decisions: dict, specs: list[ModeSpec], modes: dict[str, dict]) -> dict[str, dict]:
+def auto_entries(decisions: dict, specs: list[ModeSpec], modes: dict[str, dict], plain_weights: str) -> dict[str, dict]:
     """Per decision: the choice, its line, predicted and measured speeds, and how the choice (the
     `auto` mode when benched, else the measured mode of the same engine and target weights)
-    compares with the fastest measured mode of those target weights."""
+    compares with the fastest measured mode of those target weights (plain_weights: what a mode
+    without @weights runs, the target's default format)."""
     out = {}
     for name, d in decisions.items():
         target_weights = d.config.target_load.weights
         same = {s.name: modes[s.name]["tokens_per_s"]["mean"] for s in specs
-                if s.kind == "ours" and s.name in modes and (s.weights or "bf16") == target_weights}
+                if s.kind == "ours" and s.name in modes and (s.weights or plain_weights) == target_weights}
         measured_choice = name if name in same else next(
             (s.name for s in specs if s.name in same and s.variant == d.choice.mode and s.name not in decisions), None)
         best = max(same, key=same.get) if same else None

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     bandwidths.append(measure_bandwidth(args.threads))
     report = build_report(specs, lineup, results, ids, max(bandwidths), base, args)
     report["bandwidth_samples_gb_s"] = [b / 1e9 for b in bandwidths]
-    report["auto"] = auto_report.auto_entries(decisions, specs, report["modes"])
+    report["auto"] = auto_report.auto_entries(decisions, specs, report["modes"], base.target_load.weights)
     if args.perplexity:
         report["perplexity"] = _perplexity(args, base, specs, results)
     write_json(report, out / "report.json")

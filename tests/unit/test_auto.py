@@ -167,3 +167,20 @@ def test_a_profile_taken_while_other_work_ran_is_not_kept(monkeypatch, tmp_path)
     assert saved == [] and "not cached: other work slowed it" in decision.line()
     monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair", lambda config, formats: quiet)
     assert "cached;" in choose_mod.decide(EngineConfig(mode="auto")).line() and saved == [quiet]
+
+
+def test_bench_auto_entry_compares_plain_modes_in_the_default_target_format() -> None:
+    """The bench's auto line: a mode without @weights runs the target's default format (gguf for a
+    GGUF target on the CPU), so `auto` is compared with those modes, not with bf16 ones."""
+    from types import SimpleNamespace
+
+    from swiftspec.bench.auto_report import auto_entries
+    from swiftspec.bench.harness import ModeSpec
+
+    decision = SimpleNamespace(config=SimpleNamespace(target_load=SimpleNamespace(weights="gguf")),
+                               choice=SimpleNamespace(mode="tree", draft_weights="int4"), best_per_mode=[],
+                               line=lambda: "tree")
+    specs = [ModeSpec("auto", "ours", "tree"), ModeSpec("ar", "ours", "ar"), ModeSpec("tree@int4", "ours", "tree", "int4")]
+    modes = {name: {"tokens_per_s": {"mean": speed}} for name, speed in (("auto", 20.0), ("ar", 25.0), ("tree@int4", 40.0))}
+    entry = auto_entries({"auto": decision}, specs, modes, "gguf")["auto"]
+    assert entry["measured_best"] == "ar" and entry["choice_of_best"] == pytest.approx(0.8)
