@@ -155,15 +155,31 @@ def with_seed(params: SamplingParams) -> SamplingParams:
     return dataclasses.replace(params, seed=secrets.randbits(63))
 
 
+SAMPLE_BLOCK = 128  # sample_at finds a row's block of this many tokens first, then the token in it
+
+
 def sample_at(probs: Tensor, uniforms: Tensor) -> Tensor:
     """The inverse CDF of each row of probs [N, V] at uniforms [N] float64 in [0, 1) -> [N] int64:
     the first token whose cumulative probability (vocabulary order, float64) passes u times the
-    row's total.  Token i is picked for u in an interval of width p_i, so never a token of no mass."""
-    cdf = probs.double().cumsum(-1)  # [N, V]
-    total = cdf[:, -1:]  # [N, 1]
-    below = torch.nextafter(total, torch.zeros_like(total))  # the target stays under the total
-    target = torch.minimum(uniforms[:, None] * total, below)  # [N, 1]
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    row's total.  Token i is picked for u in an interval of width p_i, so never a token of no mass.
+
+    In two steps, so that no float64 copy of a whole row is scanned (a 151,936-token cumsum costs
+    ~1.4 ms a row): the cumulative sums of blocks of SAMPLE_BLOCK tokens find the block, then
+    the cumulative sum inside that block the token.  The result is a function of the row alone."""
+    rows, vocab = probs.shape
+    pad = -vocab % SAMPLE_BLOCK
+    blocks = torch.nn.functional.pad(probs.float(), (0, pad)).view(rows, -1, SAMPLE_BLOCK)  # [N, B, S]
+    ends = blocks.sum(-1, dtype=torch.float64).cumsum(-1)  # [N, B]: mass up to the end of each block
+    total = ends[:, -1:]  # [N, 1]
+    target = torch.minimum(uniforms[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1]
+    block = torch.searchsorted(ends, target, right=True).clamp_max(ends.shape[1] - 1)  # [N, 1]
+    start = torch.where(block > 0, ends.gather(-1, (block - 1).clamp_min(0)), torch.zeros_like(total))  # [N, 1]
+    inside = blocks.gather(1, block[:, :, None].expand(rows, 1, SAMPLE_BLOCK))[:, 0]  # [N, S]
+    local = torch.searchsorted(inside.double().cumsum(-1), target - start, right=True)  # [N, 1]
+    # Rounding between the block sums and the cumsum inside may run past the block's last token of
+    # mass (never more than a few ulps): then take that token.
+    last = SAMPLE_BLOCK - 1 - (inside > 0).flip(-1).int().argmax(-1, keepdim=True)  # [N, 1]
+    return (block * SAMPLE_BLOCK + torch.minimum(local, last)).squeeze(-1)
 
 
 def pick_tokens(logits: Tensor, params: SamplingParams, draws: Draws, position: int) -> Tensor:
