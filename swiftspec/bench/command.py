@@ -175,12 +175,15 @@ def build_report(
     base: EngineConfig,
     args: argparse.Namespace,
 ) -> dict:
-    """report.json's content.  Greedy tokens of each of our modes are compared with our `ar` of
-    the same weight format (`tree@int4` with `ar@int4`; the first `ar` mode when there is none);
-    our target runs once per divergent mode to classify ties."""
+    """report.json's content.  The tokens of each mode are compared with our `ar` of the same
+    weight format (`tree@int4` with `ar@int4`; the first `ar` mode when there is none): greedy,
+    every mode (our target runs once per divergent mode to classify ties); sampled, our modes,
+    which draw every position's token with the same seeded uniform (sampling.Draws)."""
     ran = [s for s in specs if s.name in results]
     ars = [s for s in ran if s.kind == "ours" and s.variant == "ar"]
-    comparable = bool(ars) and args.temperature == 0
+
+    def comparable(spec: ModeSpec) -> bool:
+        return bool(ars) and (args.temperature == 0 or spec.kind == "ours")
     probes: dict[str, TieProbe] = {}
 
     def divergences(spec: ModeSpec) -> list:
@@ -193,11 +196,11 @@ def build_report(
     modes = {}
     try:
         for spec in ran:
-            divs = divergences(spec) if comparable else []
+            divs = divergences(spec) if comparable(spec) else []
             inputs = ModeInputs(spec=spec, results=results[spec.name], backend=lineup.backends[spec.name],
                                 weights=lineup.weight_bytes[spec.name],
                                 draft_forwards_estimate=lineup.draft_forwards.get(spec.name, 0.0),
-                                matches_ar=not divs if comparable else None, divergences=divs)
+                                matches_ar=not divs if comparable(spec) else None, divergences=divs)
             modes[spec.name] = mode_entry(inputs, [len(p) for p in prompts], bandwidth)
             modes[spec.name]["weights"] = spec.weights or base.target_load.weights if spec.kind == "ours" else None
     finally:

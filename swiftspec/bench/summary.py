@@ -33,7 +33,7 @@ DEFINITIONS = {
     "acceptance_length": "tokens emitted per target forward, pooled over all rounds (1.0 for autoregressive)",
     "speedup": "mean tokens_per_s of the mode / mean tokens_per_s of the baseline",
     "vs best peer": "speedup against the faster of llamacpp-ar and ikllama-ar in this run",
-    "matches_ar": "greedy tokens identical to our ar mode of the same weight format (else the first ar mode) on every prompt (null: not greedy or no ar mode)",
+    "matches_ar": "tokens identical to our ar mode of the same weight format (else the first ar mode) on every prompt; sampled: our modes only, same seed (null: not compared, or no ar mode)",
     "divergences": "first divergence from ar on every prompt where the tokens differ",
     "tie": "top-2 logit gap of our target at the divergence <= eps(dtype) * max(|l1|, |l2|)",
     "roofline": "bound = bandwidth / ((target_bytes + draft_bytes * draft_forwards_per_round) / acceptance_length); "
