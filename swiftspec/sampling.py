@@ -191,9 +191,32 @@ def pick_tokens(logits: Tensor, params: SamplingParams, draws: Draws, position: 
     return sample_at(probs, draws.uniforms(position, probs.shape[0], probs.device))
 
 
-def draft_logprobs(logits: Tensor, params: SamplingParams) -> Tensor:
-    """Draft ranking scores [N, V] float32: log of the draft's distribution under the request's
-    processors (plain log-softmax when greedy). Tokens with no mass get a large finite negative."""
-    if params.greedy:
-        return torch.log_softmax(logits.float(), dim=-1)
-    return process_logits(logits, params).clamp_min(1e-30).log()
+DRAFT_CANDIDATES = 64  # a sampled draft row is processed over its this many likeliest tokens
+
+
+@dataclass(frozen=True, slots=True)
+class DraftNucleus:
+    """A sampled draft row's distribution over its DRAFT_CANDIDATES likeliest tokens, in token-id
+    order (the order sample_at's inverse CDF reads, as the target's)."""
+
+    ids: Tensor  # [N, C] int64 ascending token ids (of the draft's head)
+    probs: Tensor  # [N, C] float32, rows sum to 1
+
+
+def draft_nucleus(logits: Tensor, params: SamplingParams) -> DraftNucleus:
+    """process_logits for a sampled draft, over each row's DRAFT_CANDIDATES likeliest tokens only
+    (temperature, top-k, softmax, top-p, min-p among them): the draft only guesses, and a full
+    151,936-token row costs ~1.3 ms, a forward's rows ~10 ms, against ~0.5 ms for all of them here.
+    Where the nucleus lies among the candidates (top-p < 1 at usual temperatures) it is the draft's
+    whole processed distribution."""
+    top = logits.float().topk(min(DRAFT_CANDIDATES, logits.shape[-1]), dim=-1)  # [N, C] descending
+    scores = top.values / params.temperature
+    if 0 < params.top_k < scores.shape[-1]:
+        scores = scores.masked_fill(scores < scores[:, params.top_k - 1 : params.top_k], float("-inf"))
+    probs = scores.softmax(-1)
+    if params.top_p < 1.0:
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= params.top_p, 0.0)
+    if params.min_p > 0.0:
+        probs = probs.masked_fill(probs < params.min_p * probs[:, :1], 0.0)
+    ids, order = top.indices.sort(-1)
+    return DraftNucleus(ids=ids, probs=(probs / probs.sum(-1, keepdim=True)).gather(-1, order))

@@ -25,7 +25,7 @@ from swiftspec.spec.lookup import PromptLookup
 from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner, causal_mask
-from swiftspec.sampling import Draws, SamplingParams, draft_logprobs, sample_at
+from swiftspec.sampling import Draws, SamplingParams, draft_nucleus, sample_at
 from swiftspec.tree import (
     Subtree,
     TokenTree,
@@ -141,12 +141,14 @@ class TreeDrafter:
             mask = torch.cat([torch.nn.functional.pad(pend.mask, (0, width - pend.mask.shape[1])), mask])
             rows = torch.arange(pend.tokens.numel(), tokens.numel(), device=tokens.device)
         logits = self.runner.forward(tokens, positions, slots, mask, rows=rows)  # [n, V']
-        logprobs = draft_logprobs(logits, self.params)  # [n, V']
         if self.uniforms is None:
-            child_tokens, child_logprobs = topk_children(logprobs, self.cfg.topk)  # [n, k]
+            child_tokens, child_logprobs = topk_children(torch.log_softmax(logits.float(), dim=-1), self.cfg.topk)
         else:  # sampled: each leaf's first child is the draft's own draw at the target's uniform
-            drawn = sample_at(logprobs.exp(), self.uniforms[leaf_depths])  # [n]
-            child_tokens, child_logprobs = coupled_children(logprobs, self.cfg.topk, drawn, COUPLED_DRAW_CHANCE)
+            nucleus = draft_nucleus(logits, self.params)  # [n, C]
+            drawn = sample_at(nucleus.probs, self.uniforms[leaf_depths])  # [n]: places in the nucleus
+            logprobs = nucleus.probs.clamp_min(1e-30).log()  # [n, C]
+            places, child_logprobs = coupled_children(logprobs, self.cfg.topk, drawn, COUPLED_DRAW_CHANCE)
+            child_tokens = nucleus.ids.gather(-1, places)  # [n, k]
         if self.vocab_map is not None:
             child_tokens = self.vocab_map[child_tokens]
         merge = self.lookup is not None  # a leaf may hold grafted children already

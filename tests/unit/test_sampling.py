@@ -10,7 +10,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from swiftspec.config import ConfigError
-from swiftspec.sampling import Draws, SamplingParams, pick_tokens, process_logits, sample, sample_at, with_seed
+from swiftspec.sampling import (
+    Draws,
+    SamplingParams,
+    draft_nucleus,
+    pick_tokens,
+    process_logits,
+    sample,
+    sample_at,
+    with_seed,
+)
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -173,3 +182,14 @@ def test_top_p_from_candidates_equals_a_stable_sort(vocab) -> None:
             drop = torch.zeros_like(probs, dtype=torch.bool).scatter(
                 -1, order, sorted_probs.cumsum(-1) - sorted_probs >= top_p)
             assert torch.equal(_top_p(probs, top_p), probs.masked_fill(drop, 0.0)), (trial, top_p)
+
+
+def test_draft_nucleus_is_process_logits_where_the_nucleus_lies_among_the_candidates():
+    logits = torch.randn(4, 5000, generator=torch.Generator().manual_seed(2)) * 12  # nuclei of a few dozen tokens
+    for params in (SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(temperature=1.0, top_p=0.8, top_k=20),
+                   SamplingParams(temperature=0.5, top_p=0.95, min_p=0.05)):
+        nucleus = draft_nucleus(logits, params)
+        assert (nucleus.ids.diff(dim=-1) > 0).all()  # token-id order
+        full = process_logits(logits, params)
+        torch.testing.assert_close(nucleus.probs, full.gather(-1, nucleus.ids), atol=1e-6, rtol=1e-5)
+        assert torch.allclose(full.gather(-1, nucleus.ids).sum(-1), torch.ones(4))  # the whole nucleus
