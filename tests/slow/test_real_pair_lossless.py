@@ -27,8 +27,10 @@ from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.exec.load import load_target
 from swiftspec.kernels import cpu_ext
-from swiftspec.runtime import build_engine
+from swiftspec.runtime import build_engine, chain_config
+from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
+from swiftspec.spec import TreeDrafter
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 128  # the continuation ends at EOS before this
@@ -68,6 +70,7 @@ class Reference:
     ids: list[int]
     want: list[int]
     load: LoadConfig
+    drafter: TreeDrafter | None = None  # the first serial mode's: the second shares its prepared draft model
 
 
 @pytest.fixture(scope="module", params=[(w, lv) for lv in LEVELS for w in WEIGHTS],
@@ -89,12 +92,28 @@ def reference(real_pair, request):
         ar.close()
 
 
+def speculative_engine(real_pair, ref: Reference, mode: str):
+    """build_engine's engine for `mode`; the second serial mode of a format (chain or tree) is built
+    as build_engine builds it (runtime/build.py: chain_config, SerialEngine) over the first one's
+    draft model, pruned head and vocabulary, already loaded, pair-checked and packed by
+    build_engine for the same draft_load: one draft load and packing per format instead of two."""
+    config = EngineConfig(mode=mode, target=str(real_pair.target), draft=str(real_pair.draft),
+                          target_load=ref.load, draft_load=ref.load, tree=TreeConfig(depth=3))
+    if mode == "async" or ref.drafter is None:
+        engine = build_engine(config, ref.target)
+        ref.drafter = ref.drafter or getattr(engine, "drafter", None)
+        return engine
+    tree = chain_config(config.tree) if mode == "chain" else config.tree
+    first = ref.drafter
+    vocab = None if first.vocab_map is None else first.vocab_map.cpu()
+    drafter = TreeDrafter(first.runner.model, tree, ref.load.max_seq_len, vocab, first.runner.head)
+    return SerialEngine(ref.target, drafter, tree, ref.load.max_seq_len)
+
+
 @pytest.mark.parametrize("mode", ["chain", "tree", "async"])
 def test_greedy_equals_ar(real_pair, reference, mode) -> None:
     ref = reference
-    engine = build_engine(EngineConfig(mode=mode, target=str(real_pair.target), draft=str(real_pair.draft),
-                                       target_load=ref.load, draft_load=ref.load, tree=TreeConfig(depth=3)),
-                          ref.target)
+    engine = speculative_engine(real_pair, ref, mode)
     try:
         generation = engine.generate(ref.ids, SamplingParams(), NEW_TOKENS)
         assert_same_or_tie(ref.ar, ref.ids, ref.want, [t for chunk in generation for t in chunk], mode)
