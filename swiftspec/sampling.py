@@ -208,7 +208,12 @@ def draft_nucleus(logits: Tensor, params: SamplingParams) -> DraftNucleus:
     (temperature, top-k, softmax, top-p, min-p among them): the draft only guesses, and a full
     151,936-token row costs ~1.3 ms, a forward's rows ~10 ms, against ~0.5 ms for all of them here.
     Where the nucleus lies among the candidates (top-p < 1 at usual temperatures) it is the draft's
-    whole processed distribution."""
+    whole processed distribution.  Without top-p the tokens outside the candidates hold mass between
+    them, which the inverse CDF must count (or the draft's draw stops matching the target's): then
+    the whole row, which process_logits serves cheaply (no nucleus to find)."""
+    if params.top_p >= 1.0:
+        probs = process_logits(logits, params)  # [N, V]
+        return DraftNucleus(ids=torch.arange(probs.shape[-1], device=probs.device).expand(probs.shape), probs=probs)
     top = logits.float().topk(min(DRAFT_CANDIDATES, logits.shape[-1]), dim=-1)  # [N, C] descending
     scores = top.values / params.temperature
     if 0 < params.top_k < scores.shape[-1]:
