@@ -58,6 +58,7 @@ bench-kernels: install
 	$(PY) benchmarks/kernels.py
 
 style: install
+	$(PY) -m ruff check swiftspec tests benchmarks tools
 	$(PY) tools/check_style.py
 
 clean:

@@ -18,8 +18,8 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from gpu_pair import PairShapes, Placement, RandomModel, make_drafter, random_model
+
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.parallel.cores import Lane, pin
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, join, joined, meeting_point

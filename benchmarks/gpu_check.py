@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-
 from gpu_forward import forward_latency, op_floor
 from gpu_modes import ModeSetup, Workload, acceptance_table, cpu_split_step, modes_step, release
 from gpu_pair import DEFAULT_PAIR, TINY_PAIR, Placement, random_target

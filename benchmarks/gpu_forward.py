@@ -9,8 +9,8 @@ import time
 from typing import Callable
 
 import torch
-
 from gpu_pair import RandomModel
+
 from swiftspec.exec.cuda_graph import GraphRunner
 from swiftspec.exec.runner import ModelRunner
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-
 from gpu_async import DraftJob, async_engine, engine_config
 from gpu_pair import PairShapes, Placement, RandomModel, fixed_tree, random_model, random_target, serial_engine
+
 from swiftspec.sampling import SamplingParams
 
 

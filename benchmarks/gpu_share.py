@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.multiprocessing as mp
-
 from gpu_forward import WARMUP_CALLS, chain_call, prefilled_runner
 from gpu_pair import PairShapes, Placement, random_target
 

@@ -16,11 +16,10 @@ import argparse
 import math
 import time
 
+import numpy as np
 import torch
 
 from swiftspec import kernels
-import numpy as np
-
 from swiftspec.kernels import capability, cpu_ext, kquant, qblock
 from swiftspec.weights.tiny import random_kquant_blocks
 

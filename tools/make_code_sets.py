@@ -21,6 +21,7 @@ from swiftspec.weights.loader import load_tokenizer
 
 # (package, licence, file under the package's folder): one long-code and one FIM prompt each
 from swiftspec.weights.source import resolve_source
+
 SOURCES = (
     ("click", "BSD-3-Clause", "core.py"),
     ("jinja2", "BSD-3-Clause", "compiler.py"),

@@ -18,6 +18,7 @@ from swiftspec.weights.loader import load_tokenizer
 
 # (distribution, licence, question)
 from swiftspec.weights.source import resolve_source
+
 SOURCES = (
     ("sortedcontainers", "Apache-2.0", "Which data types does this package provide, and what does the document "
                                        "say about its speed compared with the alternatives?"),

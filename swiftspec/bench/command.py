@@ -25,8 +25,8 @@ from swiftspec.bench.roofline import measure_bandwidth
 from swiftspec.bench.runners import Lineup, build_lineup, mode_config, resolve_sources
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
-from swiftspec.exec.load import CONTEXT_STEP, with_context
 from swiftspec.errors import UserError
+from swiftspec.exec.load import CONTEXT_STEP, with_context
 from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt
 
 ALL_MODES = "ar,chain,tree,async,auto,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"

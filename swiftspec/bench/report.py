@@ -106,7 +106,8 @@ def markdown(report: dict) -> str:
         lines += ["", f"vs best peer: against `{best_peer(report['modes'])}`, the faster of llamacpp-ar and "
                       "ikllama-ar in this run."]
     if report.get("perplexity"):
-        from swiftspec.bench.perplexity import Perplexity, markdown as ppl_markdown
+        from swiftspec.bench.perplexity import Perplexity
+        from swiftspec.bench.perplexity import markdown as ppl_markdown
 
         rows = [Perplexity(**r) for r in report["perplexity"].values()]
         lines += [""] + ppl_markdown(rows, s["perplexity_text"])

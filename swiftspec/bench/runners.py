@@ -16,9 +16,9 @@ import torch
 
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
-from swiftspec.weights.loader import model_args
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
 from swiftspec.runtime.defaults import default_draft_weights
+from swiftspec.weights.loader import model_args
 
 
 @dataclass(slots=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 from swiftspec.cli.remote_args import remote_config_from_args
+from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS, AutoConfig, ConfigError, EngineConfig, LoadConfig, TreeConfig
 
 _TREE_HELP = {
     "width": "w: leaves expanded per draft forward",

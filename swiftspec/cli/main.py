@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swiftspec.config import EngineConfig
-from swiftspec.errors import EngineFault, UserError
 from swiftspec.cli.engine_args import add_engine_arguments, engine_config_from_args
 from swiftspec.cli.remote_args import add_remote_arguments
+from swiftspec.config import EngineConfig
+from swiftspec.errors import EngineFault, UserError
 
 
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:

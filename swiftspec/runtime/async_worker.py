@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 
 from swiftspec.config import NO_DRAFT, EngineConfig, LoadConfig
-from swiftspec.spec import TreeDrafter
 from swiftspec.errors import UserError
 from swiftspec.parallel.cores import Lane, pin, plan_cores
 from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join
@@ -30,9 +29,9 @@ from swiftspec.runtime.protocol import (
     Verified,
 )
 from swiftspec.runtime.supervisor import LOAD_S
-from swiftspec.spec import TreeVerifier
-from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
 from swiftspec.runtime.trace import Timeline
+from swiftspec.spec import TreeDrafter, TreeVerifier
+from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
 from swiftspec.tree import mask_from_parents
 
 

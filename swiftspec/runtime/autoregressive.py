@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.exec.runner import ModelRunner
+from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.weights.loaded import LoadedModel

@@ -64,8 +64,8 @@ def _build(config: EngineConfig, target: LoadedModel | None) -> Engine:
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         return AutoregressiveEngine(target, max_seq_len)
-    from swiftspec.spec import LookupDrafter, build_drafter
     from swiftspec.runtime.serial import SerialEngine
+    from swiftspec.spec import LookupDrafter, build_drafter
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree

@@ -64,8 +64,8 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
     until it leaves, and link again (once: return after the first link ends).  config: settled by
     runtime.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
-    from swiftspec.spec import build_drafter
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
+    from swiftspec.spec import build_drafter
     from swiftspec.weights.loader import load_model, model_args
     from swiftspec.weights.source import resolve_source
 

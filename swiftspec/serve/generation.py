@@ -18,11 +18,10 @@ from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
 from swiftspec.errors import EngineFault, UserError
+from swiftspec.fim import FimInput, FimTokens, find_fim_tokens, plain_prompt
 from swiftspec.runtime.base import Engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve import openai_protocol as proto
-from swiftspec.fim import FimInput, FimTokens, find_fim_tokens, plain_prompt
-from swiftspec.tokenizer import Tokenizer
 from swiftspec.serve.openai_protocol import (
     APIError,
     ChatCompletionRequest,
@@ -32,6 +31,7 @@ from swiftspec.serve.openai_protocol import (
 )
 from swiftspec.serve.scheduler import Job, QueueFull, Scheduler
 from swiftspec.serve.text_stream import INDENT, TOKEN, WORD, TextStream
+from swiftspec.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 EOS, STOP_WORD, LIMIT = "eos", "word", "limit"  # why a text ended (llama.cpp's stop_type)

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swiftspec.sampling import SamplingParams
 from swiftspec.fim import ExtraChunk, FimInput
+from swiftspec.sampling import SamplingParams
 from swiftspec.serve.openai_protocol import few_short_stops
 
 # llama.cpp fields this server cannot honour, with their neutral value (also accepted: null, "", [], {}).

@@ -9,6 +9,7 @@ answers 503, and the server restarts the workers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hmac
 import ipaddress
@@ -16,7 +17,6 @@ import json
 import logging
 import os
 import signal
-import contextlib
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, Callable, TypeVar
@@ -32,8 +32,8 @@ from starlette.responses import JSONResponse, Response
 from swiftspec.config import EngineConfig, ServerConfig
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime import build_engine
-from swiftspec.runtime.defaults import resolve_defaults
 from swiftspec.runtime.base import Engine
+from swiftspec.runtime.defaults import resolve_defaults
 from swiftspec.serve import infill
 from swiftspec.serve.generation import JobStream, Plan, Service
 from swiftspec.serve.infill_protocol import InfillRequest

@@ -21,11 +21,11 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import SINK_TOKENS, TreeConfig
-from swiftspec.spec.lookup import PromptLookup
-from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner, causal_mask
 from swiftspec.sampling import Draws, SamplingParams, draft_nucleus, sample_at
+from swiftspec.spec.lookup import PromptLookup
+from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
 from swiftspec.tree import (
     Subtree,
     TokenTree,

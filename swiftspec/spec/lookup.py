@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.spec.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
 from swiftspec.sampling import SamplingParams
+from swiftspec.spec.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
 from swiftspec.tree import Reroot, Subtree, TokenTree, graft, new_tree, reroot, reweight, select_subtree
 
 

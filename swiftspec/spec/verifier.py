@@ -11,7 +11,6 @@ from swiftspec.exec.runner import ModelRunner
 from swiftspec.sampling import Draws, SamplingParams
 from swiftspec.verify import Acceptance, verify_greedy, verify_sampled
 
-
 VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an untimed one); the best counts
 
 

@@ -25,7 +25,8 @@ from swiftspec.errors import UserError
 from swiftspec.kernels import kquant, qblock
 from swiftspec.model.args import SUPPORTED_ARCHS, ModelArgs, RopeScaling
 from swiftspec.model.hf_args import rope_scaling
-from swiftspec.weights.gguf_arch import block_names, f32 as _f32, family_fields, norm_shift
+from swiftspec.weights.gguf_arch import block_names, family_fields, norm_shift
+from swiftspec.weights.gguf_arch import f32 as _f32
 from swiftspec.weights.gguf_reader import FastReader
 
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}

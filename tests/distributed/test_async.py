@@ -8,11 +8,10 @@ import random
 
 import pytest
 
+from spec_stats import first_tokens, sharp_pair
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
-
-from spec_stats import first_tokens, sharp_pair
 from trace_format import trace_problems
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from swiftspec.config import MODES
 from swiftspec.cli.main import main
+from swiftspec.config import MODES
 
 AUTO_LINE = re.compile(r"^auto: (ar|chain|tree|async)( \((bf16|int8|int4) draft\))?: .*\[(.*)\]$", re.M)
 

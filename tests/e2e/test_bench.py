@@ -11,9 +11,9 @@ from swiftspec.bench.divergence import TieProbe, compare_to_ar, first_mismatch
 from swiftspec.bench.harness import check_groups, parse_modes
 from swiftspec.bench.prompts import Prompt, load_prompts
 from swiftspec.bench.roofline import WeightBytes, bound
+from swiftspec.cli.main import run as cli_run
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
-from swiftspec.cli.main import run as cli_run
 
 DIST_KEYS = {"mean", "median", "p10", "p90"}
 MODE_KEYS = {

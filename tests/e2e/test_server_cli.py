@@ -16,8 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from swiftspec.config import ConfigError
 from swiftspec.cli.main import build_parser
+from swiftspec.config import ConfigError
 from swiftspec.serve.server import server_config_from_args
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
 from server_harness import MODEL, LiveServer, tiny_engine
 
 KEY = "sk-test-key"

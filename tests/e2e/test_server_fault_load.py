@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import openai
+
 from server_harness import MODEL, LiveServer, tiny_async_engine
 
 PROMPTS = ["def add(a, b):", "class Stack:", "for number in range(10):", "Hello, world!"]

@@ -14,13 +14,13 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_harness import MODEL, LiveServer, ScriptedEngine, tiny_engine
 
+from server_harness import MODEL, LiveServer, ScriptedEngine, tiny_engine
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.exec.load import load_target
+from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt, repo_prompt
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
-from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt, repo_prompt
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.tiny import make_perturbed_draft
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from server_harness import MODEL, LiveServer, tiny_engine
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from server_harness import MODEL, LiveServer, tiny_engine
 
 PROMPTS = ["def add(a, b):", "class Stack:", "for number in range(10):", "Hello, world!"]

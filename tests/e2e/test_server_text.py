@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_harness import MODEL, LiveServer, ScriptedEngine
 
+from server_harness import MODEL, LiveServer, ScriptedEngine
 from swiftspec.serve.text_stream import TextStream
 from swiftspec.tokenizer import IncrementalDecoder, Tokenizer
 

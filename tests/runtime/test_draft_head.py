@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.spec import TreeDrafter
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
+from swiftspec.spec import TreeDrafter
 
 
 def _pruned_drafter(draft, cfg: TreeConfig, keep: list[int]) -> TreeDrafter:

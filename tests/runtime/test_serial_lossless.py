@@ -6,20 +6,18 @@ from __future__ import annotations
 import random
 
 import pytest
-from spec_stats import exact_distribution, first_tokens, goodness_of_fit
 
+from conftest import FP32
+from spec_stats import exact_distribution, first_tokens, goodness_of_fit
 from swiftspec.config import ConfigError, TreeConfig
-from swiftspec.spec import LookupDrafter, TreeDrafter
-from swiftspec.spec.drafter import context_window
 from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
-from swiftspec.spec.costs import RoundCosts, RoundTimes
 from swiftspec.sampling import SamplingParams
+from swiftspec.spec import LookupDrafter, TreeDrafter
+from swiftspec.spec.costs import RoundCosts, RoundTimes
+from swiftspec.spec.drafter import context_window
 from swiftspec.weights.loader import load_model
-
-from conftest import FP32
-
 
 LOOPING_PROMPT = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]  # prompt lookup finds continuations in it
 

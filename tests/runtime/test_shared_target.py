@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import FP32
 from swiftspec.config import ConfigError, EngineConfig, TreeConfig
 from swiftspec.exec.load import load_target
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
-
-from conftest import FP32
 
 
 def test_engines_share_a_loaded_target(tiny_qwen_dir, tiny_draft_dir) -> None:

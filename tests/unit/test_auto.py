@@ -7,6 +7,8 @@ import dataclasses
 
 import pytest
 
+from swiftspec.cli.engine_args import auto_candidates, engine_config_from_args
+from swiftspec.cli.main import build_parser
 from swiftspec.config import AutoConfig, ConfigError, EngineConfig, TreeConfig
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.choose import Decision, choose, predictions
@@ -20,8 +22,6 @@ from swiftspec.runtime.auto.model import (
     simulate,
     tree_round,
 )
-from swiftspec.cli.main import build_parser
-from swiftspec.cli.engine_args import auto_candidates, engine_config_from_args
 
 SURE, UNSURE = (-0.05, -4.0, -5.0), (-0.9, -1.0, -2.0)
 

@@ -22,6 +22,7 @@ from swiftspec.weights.tiny import random_kquant_blocks as random_blocks
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
 
+
 def file_weights(parts: list[kquant.RawPart], k: int) -> torch.Tensor:
     mats = [gguf_quants.dequantize(p.raw, GGMLQuantizationType[p.qtype]).reshape(len(p.raw), k) for p in parts]
     return torch.from_numpy(np.concatenate(mats))

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig
+from swiftspec.exec.load import load_target
 from swiftspec.kernels.packed import PackedWeight
 from swiftspec.kernels.quant_ref import dequantize
-from swiftspec.exec.load import load_target
-from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
-from swiftspec.weights.loader import load_model
 from swiftspec.weights.convert import tokenizer_dir
 from swiftspec.weights.gguf import GGUFCheckpoint
+from swiftspec.weights.loader import load_model
+from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 
 pytest.importorskip("gguf")
 

@@ -23,7 +23,6 @@ from swiftspec.kernels.quant import int4_fit_ref
 from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
 
-
 @pytest.fixture(scope="module")
 def isa_levels(ext) -> list[int]:
     """Every ISA path this CPU can run (the AVX2 path is forced on AVX-512 machines too)."""
@@ -205,7 +204,11 @@ def test_fallback_without_extension(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_quantize_model_converts_linears_not_embeddings() -> None:
     from swiftspec.parallel.linear import (
-        MergedColumnParallelLinear, ParallelLMHead, QKVParallelLinear, RowParallelLinear, VocabParallelEmbedding,
+        MergedColumnParallelLinear,
+        ParallelLMHead,
+        QKVParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
     )
 
     torch.manual_seed(4)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from swiftspec.config import TreeConfig
+from swiftspec.sampling import SamplingParams
 from swiftspec.spec import LookupDrafter, PromptLookup
 from swiftspec.spec.ngram import PRIOR_TRIALS, AcceptRates, NgramIndex, prior_rate
-from swiftspec.sampling import SamplingParams
 from swiftspec.tree import new_tree
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from swiftspec.config import ConfigError
-from swiftspec.cli.main import build_parser
 from swiftspec.cli.engine_args import engine_config_from_args
+from swiftspec.cli.main import build_parser
+from swiftspec.config import ConfigError
 
 
 def config(*argv: str):

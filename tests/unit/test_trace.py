@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
-from trace_format import trace_problems
 
+from swiftspec.cli.main import main
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
 from swiftspec.runtime import build_engine
-from swiftspec.runtime.trace import TraceFile, Timeline, chrome_trace, request_trace
+from swiftspec.runtime.trace import Timeline, TraceFile, chrome_trace, request_trace
 from swiftspec.sampling import SamplingParams
-from swiftspec.cli.main import main
+from trace_format import trace_problems
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=128)
 

@@ -10,12 +10,11 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-
 from swiftspec.tree import (
     TokenTree,
-    coupled_children,
     ancestor_rows,
     best_size,
+    coupled_children,
     depths,
     descendants,
     draft_mask,

@@ -15,10 +15,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from swiftspec.config import LoadConfig
-from swiftspec.model.args import RopeScaling
 from swiftspec.exec.runner import causal_mask
-from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
-from swiftspec.weights.loader import load_model, load_tokenizer, open_checkpoint
+from swiftspec.model.args import RopeScaling
 from swiftspec.weights import convert
 from swiftspec.weights.gguf import (
     GGUFCheckpoint,
@@ -30,7 +28,9 @@ from swiftspec.weights.gguf import (
     llama_unpermute,
 )
 from swiftspec.weights.gguf_reader import FastReader, PackedArray
+from swiftspec.weights.loader import load_model, load_tokenizer, open_checkpoint
 from swiftspec.weights.safetensors import open_hf_dir, write_safetensors
+from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 
 DIRS = {"qwen2": "tiny_qwen_dir", "llama": "tiny_llama_dir"}
 NAMES = [

@@ -45,8 +45,8 @@ class ProfileKey:
 
 def model_identity(source: str) -> str:
     """A bundled model's sha256, else the resolved files' paths, sizes and modification times."""
-    from swiftspec.weights.source import resolve_source
     from swiftspec.weights.bundled import BUNDLED
+    from swiftspec.weights.source import resolve_source
 
     if source in BUNDLED:
         return f"{source} sha256:{BUNDLED[source].sha256}"
