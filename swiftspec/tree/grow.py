@@ -53,7 +53,8 @@ def coupled_children(logprobs: Tensor, k: int, drawn: Tensor, chance: float) -> 
     draft draws at the uniform the target will draw its token with (sampling.Draws), so where the
     draft's distribution is close to the target's it is the target's token, likely or not.  Its
     log-prob is the larger of the row's largest and log(chance) (how often such a draw is the
-    target's); where it is not among the k most likely it replaces the k-th.
+    target's), and the others' are scaled by 1 - chance (a sibling is the target's token only where
+    the draw is not); where the draw is not among the k most likely it replaces the k-th.
 
     logprobs [w, V] -> (tokens [w, k] int64, logprobs [w, k] float32); distinct per row."""
     top = logprobs.float().topk(k, dim=-1)  # [w, k], descending
@@ -62,7 +63,9 @@ def coupled_children(logprobs: Tensor, k: int, drawn: Tensor, chance: float) -> 
     order = others.to(torch.int8).sort(dim=-1, descending=True, stable=True).indices[:, : k - 1]  # [w, k - 1]
     tokens = torch.cat([drawn[:, None], top.indices.gather(-1, order)], dim=-1)  # [w, k]
     first = top.values[:, :1].clamp_min(math.log(chance))  # [w, 1]
-    return tokens, torch.cat([first, top.values.gather(-1, order)], dim=-1)
+    # a sibling is the target's token only where the draw is not: weigh it by that chance too
+    others = top.values.gather(-1, order) + math.log1p(-chance)  # [w, k - 1]
+    return tokens, torch.cat([first, others], dim=-1)
 
 
 def sample_children(probs: Tensor, k: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:

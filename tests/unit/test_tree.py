@@ -362,6 +362,6 @@ def test_coupled_children_put_the_draw_first_with_the_top_log_prob():
     assert tokens.tolist() == [[2, 1, 3], [4, 1, 2]]  # in the top 3: moved first; else it replaces the 3rd
     top = logprobs[0].max()  # log 0.64
     assert values[:, 0].tolist() == [float(top)] * 2
-    assert values[0, 1:].tolist() == [float(logprobs[0, 1]), float(logprobs[0, 3])]
+    assert values[0, 1:].tolist() == pytest.approx([float(logprobs[0, 1]) + math.log(0.5), float(logprobs[0, 3]) + math.log(0.5)])
     assert coupled_children(logprobs, 1, torch.tensor([4, 0]), 0.5)[0].tolist() == [[4], [0]]
     assert coupled_children(logprobs, 2, torch.tensor([4, 0]), 0.9)[1][:, 0].tolist() == pytest.approx([math.log(0.9)] * 2)
