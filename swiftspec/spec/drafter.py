@@ -41,10 +41,10 @@ from swiftspec.tree import (
 )
 from swiftspec.weights.loaded import LoadedModel
 
-# How likely a sampled request's draft draw (tree.coupled_children) is the target's token, as the
-# tree ranks it: about the per-token acceptance of greedy rounds on chat (trust() scales it down
-# where the draws keep less of their promise).
-COUPLED_DRAW_CHANCE = 0.7
+# The least chance the tree gives a sampled request's draft draw (tree.coupled_children): 0, so it
+# ranks as the row's likeliest token would (a floor of 0.7 kept flat rows' draws in every tree:
+# 8 nodes and 7 expansions a round, 0.68x ar on sampled chat, docs/bench/chat-sampled).
+COUPLED_DRAW_CHANCE = 0.0
 
 
 class TreeDrafter:

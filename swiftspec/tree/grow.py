@@ -62,7 +62,7 @@ def coupled_children(logprobs: Tensor, k: int, drawn: Tensor, chance: float) -> 
     # the k - 1 most likely tokens other than the draw, in top-k order
     order = others.to(torch.int8).sort(dim=-1, descending=True, stable=True).indices[:, : k - 1]  # [w, k - 1]
     tokens = torch.cat([drawn[:, None], top.indices.gather(-1, order)], dim=-1)  # [w, k]
-    first = top.values[:, :1].clamp_min(math.log(chance))  # [w, 1]
+    first = top.values[:, :1].clamp_min(math.log(chance) if chance > 0 else -math.inf)  # [w, 1]
     # a sibling is the target's token only where the draw is not: weigh it by that chance too
     others = top.values.gather(-1, order) + math.log1p(-chance)  # [w, k - 1]
     return tokens, torch.cat([first, others], dim=-1)
