@@ -5,7 +5,7 @@ driver loads the same mode in both, then sends every prompt to A and B in turn, 
 both alike, and compares decode tok/s (prefill excluded) and the greedy tokens.
 
 Run: .venv/bin/python benchmarks/ab_commits.py A_DIR B_DIR --modes ar,tree,ar@int4,tree@int4 \\
-         [--prompts 5] [--max-tokens 128] [--threads 2] [--dataset chat --chat]
+         [--prompts 5] [--max-tokens 128] [--threads 2] [--dataset chat --chat] [--temperature 0.7 --top-p 0.9]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ for line in sys.stdin:
         engine = build_engine(EngineConfig(mode=mode, target_load=target, draft_load=draft))
         reply = {"ok": True}
     else:
-        generation = engine.generate(msg["ids"], SamplingParams(), msg["max_tokens"])
+        generation = engine.generate(msg["ids"], SamplingParams(**msg.get("sampling", {})), msg["max_tokens"])
         tokens = [t for c in generation for t in c]
         # a checkout from before issue 20 leaves the stats on the engine
         s = generation.stats if hasattr(generation, "stats") else engine.stats
@@ -77,6 +77,13 @@ class Worker:
         self.proc.wait()
 
 
+def sampling(args: argparse.Namespace, prompt: int) -> dict:
+    """SamplingParams fields of prompt i's request: greedy, or seeded with seed + i."""
+    if args.temperature == 0:
+        return {}
+    return {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed + prompt}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a")
@@ -85,6 +92,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0, help="sampled: prompt i is run with seed + i")
     ap.add_argument("--dataset", default=None, help="as bench --dataset (default: HumanEval)")
     ap.add_argument("--chat", action="store_true", help="send each prompt through the chat template")
     args = ap.parse_args()
@@ -103,9 +113,9 @@ def main() -> None:
         for w in sides.values():
             w.ask({"cmd": "load", "spec": spec})
         runs = {name: [] for name in sides}
-        for ids in prompts:
+        for i, ids in enumerate(prompts):
             for name, w in sides.items():
-                runs[name].append(w.ask({"cmd": "gen", "ids": ids, "max_tokens": args.max_tokens}))
+                runs[name].append(w.ask({"cmd": "gen", "ids": ids, "max_tokens": args.max_tokens, "sampling": sampling(args, i)}))
         a, b = (statistics.fmean(r["tok_s"] for r in runs[n]) for n in ("A", "B"))
         acc = [statistics.fmean(r["accept"] for r in runs[n]) for n in ("A", "B")]
         same = all(x["tokens"] == y["tokens"] for x, y in zip(runs["A"], runs["B"]))
