@@ -61,7 +61,7 @@ def draft_process(job: DraftJob) -> None:
     if job.cores is not None:
         pin(list(job.cores))
     if job.place.device.startswith("cuda"):
-        torch.cuda.set_device(job.place.device)
+        torch.cuda.set_device(torch.device(job.place.device).index or 0)
     draft = random_model(job.shapes.draft, job.place)
     drafter = make_drafter(draft, job.config.tree, job.config.target_load.max_seq_len, job.place.weights,
                            job.draft_vocab)

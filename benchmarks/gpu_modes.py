@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import statistics
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +22,7 @@ import torch
 from gpu_async import DraftJob, async_engine, engine_config
 from gpu_pair import PairShapes, Placement, RandomModel, fixed_tree, random_model, random_target, serial_engine
 
+from swiftspec.runtime.trace import SPANS, TraceFile
 from swiftspec.sampling import SamplingParams
 
 
@@ -63,17 +65,33 @@ def decode(engine, work: Workload, vocab_size: int, first_round: bool) -> dict[s
     for _ in engine.generate(prompts[0][:16], SamplingParams(), 8):
         pass
     rows = []
-    for prompt in prompts:
-        gen = engine.generate(prompt, SamplingParams(), work.tokens)
-        for _ in gen:
-            pass
-        s = gen.stats
-        decode_s = s.total_s - s.ttft_s
-        forwards = s.rounds - (1 if first_round else 0)
-        rows.append((s.tokens_per_s, s.acceptance_length, forwards / decode_s if decode_s > 0 else 0.0))
-    tok_s, acc, rate = (statistics.mean(col) for col in zip(*rows))
+    with tempfile.TemporaryDirectory() as tmp:
+        engine.trace = TraceFile(Path(tmp) / "trace.json", "gpu-check")
+        for prompt in prompts:
+            gen = engine.generate(prompt, SamplingParams(), work.tokens)
+            for _ in gen:
+                pass
+            s = gen.stats
+            decode_s = s.total_s - s.ttft_s
+            forwards = s.rounds - (1 if first_round else 0)
+            rows.append((s.tokens_per_s, s.acceptance_length, forwards / decode_s if decode_s > 0 else 0.0, forwards))
+        requests, engine.trace = engine.trace.requests, None
+    tok_s, acc, rate = (statistics.mean(col) for col in list(zip(*rows))[:3])
     return {"measured tok/s": tok_s, "measured acceptance": acc, "measured ms/round": 1e3 / rate if rate else 0.0,
-            "rounds/s": rate}
+            "rounds/s": rate, "span ms/round": span_ms(requests, sum(r[3] for r in rows))}
+
+
+def span_ms(requests: list, rounds: int) -> dict[str, float]:
+    """Where a round's time goes: ms per decode round of each group's spans (prefill left out),
+    summed over the traced requests."""
+    totals: dict[str, float] = {}
+    for req in requests:
+        for group, rows in req.tracks.items():
+            for code, start, end in rows.tolist():
+                if SPANS[int(code)] != "prefill":
+                    key = f"{group} {SPANS[int(code)]}"
+                    totals[key] = totals.get(key, 0.0) + end - start
+    return {key: round(1e3 * sec / max(rounds, 1), 3) for key, sec in sorted(totals.items())}
 
 
 def with_prediction(row: dict[str, float], mode: str, weights: str, table: dict[str, float]) -> dict:

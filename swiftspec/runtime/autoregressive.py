@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
@@ -17,7 +18,8 @@ class AutoregressiveEngine:
     fault: str | None = None  # runs in this process alone: nothing to lose
 
     def __init__(self, target: LoadedModel, max_seq_len: int) -> None:
-        self.runner = ModelRunner(target.model, max_seq_len, max_nodes=1)
+        self.runner = ModelRunner(target.model, max_seq_len + 1, max_nodes=1)  # + the graphs' scratch slot
+        attach(self.runner, (1,))  # a CUDA graph of the one-token step (no-op on CPU)
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline

@@ -112,3 +112,23 @@ def test_graph_replay_equals_eager(dtype: torch.dtype) -> None:
                                atol=tol, rtol=tol)
     scratch = graphs.scratch
     torch.testing.assert_close(graphed.cache.k[:, :scratch], eager.cache.k[:, :scratch], atol=tol, rtol=tol)
+
+
+def test_ar_engine_steps_through_its_one_token_graph() -> None:
+    """The autoregressive engine on CUDA replays its one-token graph at every step and emits the
+    tokens of the same engine stepping eagerly."""
+    from types import SimpleNamespace
+
+    from swiftspec.runtime.autoregressive import AutoregressiveEngine
+    from swiftspec.sampling import SamplingParams
+
+    target = SimpleNamespace(model=tiny_model("cuda"), tokenizer=SimpleNamespace(eos_token_ids=()))
+    graphed, eager = AutoregressiveEngine(target, MAX_LEN), AutoregressiveEngine(target, MAX_LEN)
+    eager.runner.graphs = None
+    replays = []
+    replay = graphed.runner.graphs.forward
+    graphed.runner.graphs.forward = lambda *a, **k: replays.append(1) or replay(*a, **k)
+    prompt = list(range(3, 33))
+    tokens = [[t for chunk in e.generate(prompt, SamplingParams(), 40) for t in chunk] for e in (graphed, eager)]
+    assert tokens[0] == tokens[1] and len(tokens[0]) == 40
+    assert len(replays) == 39  # every step after the prefill's token
