@@ -148,7 +148,7 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
         if not (torch.isfinite(d16).all() and torch.isfinite(m16).all()):
             raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")
         d, m = d16.float()[..., None], m16.float()[..., None]
-        q = torch.where(d > 0, torch.round((g - m) / torch.where(d > 0, d, 1.0)), 0.0).clamp_(0, 15)
+        q = g.sub(m).div_(torch.where(d > 0, d, 1.0)).round_().masked_fill_(d <= 0, 0.0).clamp_(0, 15)  # in place
         qp = torch.zeros(num_tiles(rows) * TILE_N, k, dtype=torch.uint8)
         qp[:rows] = q.view(rows, k).to(torch.uint8)
         qp = qp.view(-1, TILE_N, k // 8, 2, 4)  # k = 8 s + 4 h + i

@@ -76,7 +76,8 @@ def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
         config = hf_config(ckpt.args, dtype)
         if ModelArgs.from_hf_config(config) != ckpt.args:
             raise UserError(f"{gguf}: model settings not expressible as an HF config.json")
-        Tokenizer.from_gguf(gguf).save(tmp)
+        for file in ensure_tokenizer(gguf, cache_root).iterdir():  # read from the GGUF once (seconds)
+            shutil.copy2(file, tmp / file.name)
         with open(tmp / "model.safetensors", "wb") as f:
             shapes = {s.hf_name: s.shape for s in ckpt.specs}
             write_safetensors(f, shapes, dtype, _with_progress(ckpt.tensors(dtype), len(shapes), gguf.name))

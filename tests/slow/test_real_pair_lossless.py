@@ -3,7 +3,9 @@ the tree's seeded sampled output too, with gguf weights),
 with bf16, int4 and gguf (the file's K-quant blocks as stored) target weights, at the lowest (AVX2) and the highest ISA level this CPU
 runs.  The avx2-vnni level needs no run of its own: its only kernels of its own, the int8/int4 and
 K-quant linears, give the AVX2 path's bits (test_kernels, test_gguf_kernels), so its engines
-compute what the avx2 ones do.
+compute what the avx2 ones do.  Below the highest level, `ar` and `tree` run every kernel path of
+that level (one-row decode, multi-row verification, the draft's rows); chain, async and sampling
+add engine code, which no ISA level changes, and run at the highest level.
 
 One prompt serves every case: HumanEval/5's greedy continuation (52 to 106 tokens, by format) ends at
 EOS, and its chain rounds accept the whole chain, part of it or none of it; tree and async rounds
@@ -92,13 +94,13 @@ def reference(real_pair, request):
         ar.close()
 
 
-def speculative_engine(real_pair, ref: Reference, mode: str):
+def speculative_engine(real_pair, ref: Reference, mode: str, tree: TreeConfig = TreeConfig(depth=3)):
     """build_engine's engine for `mode`; the second serial mode of a format (chain or tree) is built
     as build_engine builds it (runtime/build.py: chain_config, SerialEngine) over the first one's
     draft model, pruned head and vocabulary, already loaded, pair-checked and packed by
     build_engine for the same draft_load: one draft load and packing per format instead of two."""
     config = EngineConfig(mode=mode, target=str(real_pair.target), draft=str(real_pair.draft),
-                          target_load=ref.load, draft_load=ref.load, tree=TreeConfig(depth=3))
+                          target_load=ref.load, draft_load=ref.load, tree=tree)
     if mode == "async" or ref.drafter is None:
         engine = build_engine(config, ref.target)
         ref.drafter = ref.drafter or getattr(engine, "drafter", None)
@@ -110,9 +112,16 @@ def speculative_engine(real_pair, ref: Reference, mode: str):
     return SerialEngine(ref.target, drafter, tree, ref.load.max_seq_len)
 
 
+def skip_below_the_top_level(mode: str) -> None:
+    if cpu_ext.level() != LEVELS[-1]:  # the level the reference fixture runs at
+        pytest.skip(f"{mode} runs no kernel path of its own: tested at the highest level")
+
+
 @pytest.mark.parametrize("mode", ["chain", "tree", "async"])
 def test_greedy_equals_ar(real_pair, reference, mode) -> None:
     ref = reference
+    if mode != "tree":
+        skip_below_the_top_level(mode)
     engine = speculative_engine(real_pair, ref, mode)
     try:
         generation = engine.generate(ref.ids, SamplingParams(), NEW_TOKENS)
@@ -136,9 +145,9 @@ def test_sampled_tree_equals_ar(real_pair, reference) -> None:
     ref = reference
     if ref.load.weights != "gguf" or not all(cpu_ext.kernel_paths().values()):
         pytest.skip("one format (gguf) where the invariant CPU kernels run")
+    skip_below_the_top_level("sampling")
     want = [t for chunk in ref.ar.generate(ref.ids, SAMPLED, 40) for t in chunk]
-    engine = build_engine(EngineConfig(mode="tree", target=str(real_pair.target), draft=str(real_pair.draft),
-                                       target_load=ref.load, draft_load=ref.load), ref.target)
+    engine = speculative_engine(real_pair, ref, "tree", TreeConfig())  # the default rounds, on the greedy tests' draft
     try:
         generation = engine.generate(ref.ids, SAMPLED, 40)
         assert [t for chunk in generation for t in chunk] == want

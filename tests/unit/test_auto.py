@@ -162,6 +162,7 @@ def test_a_profile_taken_while_other_work_ran_is_not_kept(monkeypatch, tmp_path)
     saved = []
     monkeypatch.setattr(store, "load", lambda key: None)
     monkeypatch.setattr(store, "save", lambda key, profile: saved.append(profile))
+    monkeypatch.setattr("swiftspec.weights.source.resolve_source", lambda source: tmp_path)  # pulls nothing
     monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair", lambda config, formats: busy)
     decision = choose_mod.decide(EngineConfig(mode="auto"))
     assert saved == [] and "not cached: other work slowed it" in decision.line()
@@ -184,3 +185,20 @@ def test_bench_auto_entry_compares_plain_modes_in_the_default_target_format() ->
     modes = {name: {"tokens_per_s": {"mean": speed}} for name, speed in (("auto", 20.0), ("ar", 25.0), ("tree@int4", 40.0))}
     entry = auto_entries({"auto": decision}, specs, modes, "gguf")["auto"]
     assert entry["measured_best"] == "ar" and entry["choice_of_best"] == pytest.approx(0.8)
+
+
+def test_both_models_are_pulled_before_the_profile_starts(monkeypatch, tmp_path) -> None:
+    """A first start downloads the pair before profiling it: the profile's time, which the line
+    reports, holds no download."""
+    from swiftspec.runtime.auto import choose as choose_mod
+    from swiftspec.runtime.auto import store
+
+    events = []
+    monkeypatch.setattr(store, "load", lambda key: None)
+    monkeypatch.setattr(store, "save", lambda key, profile: None)
+    monkeypatch.setattr("swiftspec.weights.source.resolve_source", lambda source: events.append(source) or tmp_path)
+    monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair",
+                        lambda config, formats: events.append("profile") or _profile())
+    config = EngineConfig(mode="auto")
+    choose_mod.decide(config)
+    assert events == [config.target, config.draft, "profile"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from swiftspec.config import EngineConfig, require_settled
+from swiftspec.config import NO_DRAFT, EngineConfig, require_settled
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.model import (
     Calibration,
@@ -124,7 +124,11 @@ def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
     cached = profile is not None
     if profile is None:
         from swiftspec.runtime.auto.profile import profile_pair
+        from swiftspec.weights.source import resolve_source
 
+        for source in (config.target, config.draft):  # pulled first: a download is no part of the profile
+            if source != NO_DRAFT:
+                resolve_source(source)
         print("[swiftspec] auto: profiling this machine and model pair once (cached afterwards)", file=sys.stderr)
         profile = profile_pair(config, formats)
         if not profile.disturbed:  # a profile of a busy moment is used once, then measured again
