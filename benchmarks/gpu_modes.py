@@ -22,7 +22,7 @@ import torch
 from gpu_async import DraftJob, async_engine, engine_config
 from gpu_pair import PairShapes, Placement, RandomModel, fixed_tree, random_model, random_target, serial_engine
 
-from swiftspec.runtime.trace import SPANS, TraceFile
+from swiftspec.runtime.trace import TraceFile, summarize
 from swiftspec.sampling import SamplingParams
 
 
@@ -64,7 +64,7 @@ def decode(engine, work: Workload, vocab_size: int, first_round: bool) -> dict[s
     prompts = work.prompt_ids(vocab_size)
     for _ in engine.generate(prompts[0][:16], SamplingParams(), 8):
         pass
-    rows = []
+    rows, rounds = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         engine.trace = TraceFile(Path(tmp) / "trace.json", "gpu-check")
         for prompt in prompts:
@@ -74,23 +74,25 @@ def decode(engine, work: Workload, vocab_size: int, first_round: bool) -> dict[s
             s = gen.stats
             decode_s = s.total_s - s.ttft_s
             forwards = s.rounds - (1 if first_round else 0)
-            rows.append((s.tokens_per_s, s.acceptance_length, forwards / decode_s if decode_s > 0 else 0.0, forwards))
+            rounds += forwards
+            rows.append((s.tokens_per_s, s.acceptance_length, forwards / decode_s if decode_s > 0 else 0.0))
         requests, engine.trace = engine.trace.requests, None
-    tok_s, acc, rate = (statistics.mean(col) for col in list(zip(*rows))[:3])
+    tok_s, acc, rate = (statistics.mean(col) for col in zip(*rows))
     return {"measured tok/s": tok_s, "measured acceptance": acc, "measured ms/round": 1e3 / rate if rate else 0.0,
-            "rounds/s": rate, "span ms/round": span_ms(requests, sum(r[3] for r in rows))}
+            "rounds/s": rate, "span ms/round": span_ms(requests, rounds)}
 
 
 def span_ms(requests: list, rounds: int) -> dict[str, float]:
-    """Where a round's time goes: ms per decode round of each group's spans (prefill left out),
-    summed over the traced requests."""
+    """Where a round's time goes: ms per decode round of each group's spans (trace.summarize's
+    seconds per span, prefill left out), summed over the traced requests."""
     totals: dict[str, float] = {}
     for req in requests:
-        for group, rows in req.tracks.items():
-            for code, start, end in rows.tolist():
-                if SPANS[int(code)] != "prefill":
-                    key = f"{group} {SPANS[int(code)]}"
-                    totals[key] = totals.get(key, 0.0) + end - start
+        none = torch.empty(0, 3, dtype=torch.float64)
+        summary = summarize(req.tracks.get("target", none), req.tracks.get("draft", none))
+        for group in req.tracks:
+            for span, sec in summary[group]["spans_s"].items():
+                if span != "prefill":
+                    totals[f"{group} {span}"] = totals.get(f"{group} {span}", 0.0) + sec
     return {key: round(1e3 * sec / max(rounds, 1), 3) for key, sec in sorted(totals.items())}
 
 
