@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from swiftspec.errors import UserError
@@ -180,3 +181,11 @@ def require_settled(config: EngineConfig) -> None:
         if load.device == AUTO or load.weights is None:
             raise ConfigError("the engine config has open defaults (device auto or weights None): settle it "
                               "with swiftspec.runtime.defaults.resolve_defaults first")
+
+
+def chain_config(tree: TreeConfig) -> TreeConfig:
+    """Classic speculative decoding as a one-wide tree: k draft tokens, k + 1 verified nodes (no
+    lookup branches, which would make it a tree)."""
+    k = tree.chain_length
+    return dataclasses.replace(tree, width=1, topk=1, depth=k, verify_size=k + 1, budget=max(tree.budget, 2 * k + 2),
+                               adaptive=False, lookup=False)

@@ -49,13 +49,18 @@ class Tokenizer:
         return cls(PreTrainedTokenizerFast(tokenizer_object=backend, **config))
 
     @classmethod
-    def from_gguf(cls, path: Path) -> "Tokenizer":
-        """Convert the tokenizer a GGUF describes in its metadata (takes a few seconds for 150k tokens)."""
+    def from_gguf(cls, path: Path, model_type: str | None = None) -> "Tokenizer":
+        """Convert the tokenizer a GGUF describes in its metadata (a second for 150k tokens).
+
+        model_type: the transformers model type the file's header names ("qwen2"), which picks the
+        tokenizer class; None lets transformers find it, by parsing all of the file's metadata into
+        a config with gguf-py (ten seconds for a Qwen2.5 vocabulary, the same tokenizer in the end)."""
         from transformers import AutoTokenizer
 
         path = Path(path).resolve()
+        kind = {"tokenizer_type": model_type} if model_type else {}
         try:
-            hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+            hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True, **kind)
         except (OSError, ValueError, KeyError) as e:
             raise UserError(f"cannot build a tokenizer from {path}: {_first_line(e)}") from None
         return cls(hf)

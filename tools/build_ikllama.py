@@ -85,8 +85,19 @@ def build(src: Path, out: Path, args: list[str]) -> Path:
     return out / "bin" / "llama-server"
 
 
+def avx512_flags(args: list[str]) -> list[str]:
+    """The fork's CMake adds only -mavx512f -mavx512bw for GGML_AVX512, but its AVX-512 kernels
+    (iqk's HAVE_FANCY_SIMD) need VL and DQ as well, and fail to compile without them (v_tanh on
+    __m512); the CPUs with AVX-512 VNNI all have both, so they are added beside it."""
+    if "-DGGML_AVX512_VNNI=ON" not in args:
+        return []
+    flags = "-mavx512vl -mavx512dq -mavx512cd"
+    return [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+
+
 def main() -> None:
     args = cmake_args().split() + list(EXTRA)
+    args += avx512_flags(args)
     root = cache_root()
     out = root / f"build-{VERSION}-{hashlib.sha1(' '.join(args).encode()).hexdigest()[:10]}"
     server = out / "bin" / "llama-server"

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     results: dict[str, list[RunResult]] = {}
     groups = sorted({s.group for s in specs})
     for g in groups:
-        build_lineup(lineup, [s for s in specs if s.group == g], base, args, sources)
+        build_lineup(lineup, [s for s in specs if s.group == g], base, args, sources,
+                     {name: d.startup for name, d in decisions.items()})
         try:
             label = "bench" if len(groups) == 1 else f"bench group {g + 1}/{len(groups)}"
             results.update(run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup, label,

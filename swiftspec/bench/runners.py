@@ -18,6 +18,7 @@ from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
 from swiftspec.runtime.defaults import default_draft_weights
+from swiftspec.runtime.startup import StartupProfile
 from swiftspec.weights.loader import model_args
 
 
@@ -68,8 +69,9 @@ def resolve_sources(base: EngineConfig, specs: list[ModeSpec]) -> Sources:
 
 
 def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args: argparse.Namespace,
-                 sources: Sources) -> None:
-    """Load every mode of `specs` once into `lineup` (each keeps its models until lineup.close())."""
+                 sources: Sources, startups: dict[str, StartupProfile | None]) -> None:
+    """Load every mode of `specs` once into `lineup` (each keeps its models until lineup.close()).
+    startups: the start-up profile of each `auto` mode's engine, by mode name (auto's decisions)."""
     hf_models: dict[str, torch.nn.Module] = {}
     try:
         for spec in specs:
@@ -77,7 +79,8 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
             if spec.kind != "ours" and spec.speculative and sources.draft is None:
                 lineup.skipped[spec.name] = "no draft model (--draft-model none)"
             elif spec.kind == "ours":
-                _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args)
+                _add_ours(lineup, spec, mode_config(base, spec, args.draft_weights), sources, args,
+                          startups.get(spec.name))
             elif spec.kind == "hf":
                 _add_hf(lineup, spec, args, hf_models, sources)
             elif spec.kind == "ikllama":
@@ -90,10 +93,10 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
 
 
 def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources,
-              args: argparse.Namespace) -> None:
+              args: argparse.Namespace, startup: StartupProfile | None) -> None:
     from swiftspec.runtime import build_engine
 
-    engine = build_engine(config)
+    engine = build_engine(config, startup=startup)
     lineup.runners[spec.name] = EngineRunner(engine, args.temperature, args.top_p)
     load, dload = config.target_load, config.draft_load
     target_bytes = our_weight_bytes(model_args(sources.target), load.dtype, load.weights)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import AUTO, MODES, EngineConfig
 from swiftspec.errors import UserError
+from swiftspec.runtime.startup import StartupProfile
 from swiftspec.sampling import SamplingParams
 
 
@@ -61,11 +62,13 @@ def _lineup(args: argparse.Namespace, config: EngineConfig):  # -> (list[(label,
     return lineup, decision
 
 
-def _run_one(cfg: EngineConfig, prompt: str, max_tokens: int, show: bool, header: str) -> Row:
+def _run_one(cfg: EngineConfig, prompt: str, max_tokens: int, show: bool, header: str,
+             startup: StartupProfile | None) -> Row:
+    """startup: the engine's start-up profile, where auto's decision holds it (None: it measures its own)."""
     from swiftspec.runtime import build_engine
     from swiftspec.tokenizer import IncrementalDecoder
 
-    engine = build_engine(cfg)
+    engine = build_engine(cfg, startup=startup)
     try:
         decoder = IncrementalDecoder(engine.tokenizer)
         if show:
@@ -89,7 +92,8 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:  # config: the m
     rows = []
     for i, (label, cfg) in enumerate(lineup):
         header = f"--- HumanEval/{args.prompt_index}, completed by `{label}` ---"
-        row = _run_one(cfg, prompt, args.max_tokens, i == shown, header)
+        startup = decision.startup if decision is not None and cfg == decision.config else None
+        row = _run_one(cfg, prompt, args.max_tokens, i == shown, header, startup)
         rows.append(dataclasses.replace(row, label=label))
     print("\n--- greedy, same prompt, one run each ---")
     base = rows[0]

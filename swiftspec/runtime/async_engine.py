@@ -58,9 +58,10 @@ class AsyncEngine:
     """
 
     def __init__(self, config: EngineConfig, joined: Joined | None = None,
-                 target: LoadedModel | None = None) -> None:
+                 target: LoadedModel | None = None, startup: StartupProfile | None = None) -> None:
         """joined: a draft host already linked through parallel/rendezvous.py (no workers to spawn);
-        target: the target model, when the caller has loaded it already (tensor-parallel size 1)."""
+        target: the target model, when the caller has loaded it already (tensor-parallel size 1);
+        startup: d and the verify times when known already (auto's; startup.async_profile)."""
         self.config = config
         self.workers = WorkerGroup(config, joined, target)  # under torchrun, ranks > 0 never return
         self.layout = self.workers.layout
@@ -77,7 +78,7 @@ class AsyncEngine:
             self.tokenizer = self.target.tokenizer
             if joined is None and config.draft != NO_DRAFT:  # a draft host's tokenizer was checked at its handshake
                 self._check_draft()
-            self.profile = async_profile(config.tree, self)
+            self.profile = async_profile(config.tree, self, startup)
             self.limits = self._hang_limits(self.profile)
         except BaseException:
             self.close()

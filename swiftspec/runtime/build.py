@@ -6,28 +6,23 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, TreeConfig, require_settled
+from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, chain_config, require_settled
 from swiftspec.exec.load import check_pair, load_target, resolve_context
 from swiftspec.runtime.base import Engine
+from swiftspec.runtime.startup import StartupProfile
 from swiftspec.weights.loaded import LoadedModel
 
 
-def chain_config(tree: TreeConfig) -> TreeConfig:
-    """Classic speculative decoding as a one-wide tree: k draft tokens, k + 1 verified nodes (no
-    lookup branches, which would make it a tree)."""
-    k = tree.chain_length
-    return dataclasses.replace(tree, width=1, topk=1, depth=k, verify_size=k + 1, budget=max(tree.budget, 2 * k + 2),
-                               adaptive=False, lookup=False)
-
-
-def build_engine(config: EngineConfig, target: LoadedModel | None = None) -> Engine:
+def build_engine(config: EngineConfig, target: LoadedModel | None = None,
+                 startup: StartupProfile | None = None) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
     runtime.auto chooses (it says which, and why, in one line on stderr).  config: settled by
     runtime.defaults.resolve_defaults (its context length, when 0, is settled here, where the
     models' headers and the free memory are known).  With config.trace set,
     every request's timeline goes to that file.  target: the target already loaded as
     config.target_load asks (exec.load.load_target, tensor-parallel size 1), which engines may
-    share (each keeps its own KV cache); None loads it."""
+    share (each keeps its own KV cache); None loads it.  startup: the engine's start-up profile when
+    known already (auto's decision carries the chosen engine's); None: the engine measures its own."""
     require_settled(config)
     config = resolve_context(config)
     if config.mode == AUTO:
@@ -35,8 +30,8 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None) -> Eng
 
         decision = decide(config)
         print(decision.line(), file=sys.stderr, flush=True)
-        config = decision.config
-    engine = _build(config, target)
+        config, startup = decision.config, decision.startup
+    engine = _build(config, target, startup)
     if config.trace:
         from swiftspec.runtime.trace import TraceFile
 
@@ -44,7 +39,7 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None) -> Eng
     return engine
 
 
-def _build(config: EngineConfig, target: LoadedModel | None) -> Engine:
+def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupProfile | None) -> Engine:
     from swiftspec.weights.loader import load_model
 
     _check_placement(config)
@@ -57,7 +52,7 @@ def _build(config: EngineConfig, target: LoadedModel | None) -> Engine:
     if config.mode == "async":
         from swiftspec.runtime.async_engine import AsyncEngine
 
-        return AsyncEngine(config, target=target)
+        return AsyncEngine(config, target=target, startup=startup)
     target = target or load_target(config.target, config.target_load)
     max_seq_len = config.target_load.max_seq_len
     if config.mode == "ar":
@@ -69,12 +64,12 @@ def _build(config: EngineConfig, target: LoadedModel | None) -> Engine:
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree
-        return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len)
+        return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len, startup)
     draft = load_model(config.draft, config.draft_load)
     check_pair(target.tokenizer, draft.tokenizer, target.args.vocab_size, draft.args.vocab_size)
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
     drafter = build_drafter(draft, tree, max_seq_len, config.draft_vocab, config.draft_load.weights)
-    return SerialEngine(target, drafter, tree, max_seq_len)
+    return SerialEngine(target, drafter, tree, max_seq_len, startup)
 
 
 def _check_placement(config: EngineConfig) -> None:

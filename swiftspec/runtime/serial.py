@@ -38,14 +38,16 @@ class SerialEngine:
 
     fault: str | None = None  # runs in this process alone: nothing to lose
 
-    def __init__(self, target: LoadedModel, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int) -> None:
+    def __init__(self, target: LoadedModel, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int,
+                 startup: StartupProfile | None = None) -> None:
+        """startup: the start-up profile when it is known already (auto's); None: measured here."""
         self.cfg = cfg
         self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
         self.drafter = drafter
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
-        self.profile = serial_profile(cfg, self)
+        self.profile = serial_profile(cfg, self, startup)
         self.costs = RoundCosts(verify_s=list(self.profile.verify_s))  # the running costs of every request
 
     @property

@@ -81,10 +81,16 @@ def deepest_depth(verify_size: int) -> int:
     return min(MAX_PROFILED_DEPTH, max(2, verify_size - 1))
 
 
+def paper_depth(t_target: float, t_draft: float) -> int:
+    """The paper's d0 = floor(t_target / t_draft), the expansions that fit in one verification,
+    within [1, MAX_PROFILED_DEPTH - 1]."""
+    return min(MAX_PROFILED_DEPTH - 1, max(1, math.floor(t_target / max(t_draft, 1e-6))))
+
+
 def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], float], label: str) -> int:
-    """d by profiling (the paper's rule): d0 = floor(t_target / t_draft), then keep whichever of
-    d0 and d0 + 1 decodes faster in a short warm-up (speed_at(d) -> tok/s).  Logs the choice."""
-    d0 = min(MAX_PROFILED_DEPTH - 1, max(1, math.floor(t_target / max(t_draft, 1e-6))))
+    """d by profiling (the paper's rule): d0 = paper_depth, then keep whichever of d0 and d0 + 1
+    decodes faster in a short warm-up (speed_at(d) -> tok/s).  Logs the choice."""
+    d0 = paper_depth(t_target, t_draft)
     speed = {d: speed_at(d) for d in (d0, d0 + 1)}
     best = max(speed, key=speed.get)
     log.warning("%s: t_target %.1f ms, t_draft %.1f ms; d=%d: %.1f tok/s, d=%d: %.1f tok/s; using d=%d",
@@ -92,9 +98,12 @@ def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], floa
     return best
 
 
-def serial_profile(tree: TreeConfig, probe: Probe) -> StartupProfile:
+def serial_profile(tree: TreeConfig, probe: Probe, known: StartupProfile | None = None) -> StartupProfile:
     """The serial engines' (chain, tree): d given, the adaptive rounds' cap (deepest_depth), or
-    profiled (serial_depth); with adaptive verification, the verify times too."""
+    profiled (serial_depth); with adaptive verification, the verify times too.  known: the same,
+    read from `auto`'s pair profile (runtime/auto/choose.py): nothing is measured again."""
+    if known is not None:
+        return known
     prompt = probe.tokenizer.encode(WARMUP_PROMPT)
     if tree.depth:
         profile = StartupProfile(depth=tree.depth)
@@ -118,14 +127,18 @@ def _serial_timed_depth(tree: TreeConfig, probe: Probe, prompt: list[int]) -> St
     return StartupProfile(depth=depth, t_target_s=warm.t_target_s, t_draft_s=warm.t_draft_s)
 
 
-def async_profile(tree: TreeConfig, probe: Probe) -> StartupProfile:
+def async_profile(tree: TreeConfig, probe: Probe, known: StartupProfile | None = None) -> StartupProfile:
     """The async engine's: d given or by the paper's rule (choose_depth, warm-ups without verify
     costs), the verify times (adaptive verification), then a warm request at that d (the second of
-    two: the first pays one-time costs) for the seconds per round and per prompt token."""
+    two: the first pays one-time costs) for the seconds per round and per prompt token.
+    known: d and the verify times read from `auto`'s pair profile (runtime/auto/choose.py); only the
+    warm request runs."""
     prompt = probe.tokenizer.encode(WARMUP_PROMPT)
-    profile = StartupProfile(depth=tree.depth) if tree.depth else _paper_depth(probe, prompt)
-    if tree.adaptive_verify:
-        profile = dataclasses.replace(profile, verify_s=_verify_times(probe, prompt, "async", logging.INFO))
+    profile = known
+    if profile is None:
+        profile = StartupProfile(depth=tree.depth) if tree.depth else _paper_depth(probe, prompt)
+        if tree.adaptive_verify:
+            profile = dataclasses.replace(profile, verify_s=_verify_times(probe, prompt, "async", logging.INFO))
     stats = [probe.warmup(prompt, profile) for _ in range(2)][-1].stats
     return dataclasses.replace(profile, round_s=(stats.total_s - stats.ttft_s) / max(1, stats.rounds),
                                prefill_token_s=stats.ttft_s / stats.prompt_tokens)

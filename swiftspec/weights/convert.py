@@ -55,11 +55,23 @@ def ensure_tokenizer(gguf: Path, cache_root: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        Tokenizer.from_gguf(gguf).save(tmp)
+        Tokenizer.from_gguf(gguf, tokenizer_type(GGUFCheckpoint(gguf).args)).save(tmp)
         _publish(tmp, out, "tokenizer.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+# The model types whose tokenizer class transformers picks for a GGUF as it would from the file's
+# config (tests/model/test_families.py: the same tokenizer files); a Llama's (and a Mistral's: a
+# GGUF says "llama") goes through transformers' own search.
+_TOKENIZER_TYPES = ("qwen2", "qwen3", "gemma2", "gemma3_text")
+
+
+def tokenizer_type(args: ModelArgs) -> str | None:
+    """The transformers model type that picks this GGUF's tokenizer class (Tokenizer.from_gguf), or None."""
+    model_type = hf_config(args, torch.float32)["model_type"]
+    return model_type if model_type in _TOKENIZER_TYPES else None
 
 
 def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:

@@ -66,3 +66,42 @@ def test_forecast_prints_each_mode_and_the_two_host_break_even(tmp_cache: Path, 
     assert re.search(r"^break-even: ", out, re.M)
     assert main(["forecast", *pair, "--rtt-ms", "-1"]) == 2
     assert capsys.readouterr().err == "error: --rtt-ms must be >= 0 and --draft-speed > 0\n"
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_the_chosen_engine_starts_from_the_pair_profile(tmp_cache: Path, tiny_qwen_dir: Path, tiny_draft_dir: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, adaptive: bool) -> None:
+    """The engine auto builds runs with the start-up profile read from auto's pair profile (its d,
+    and with adaptive rounds the verify times of 1..bs nodes): it times no verification and no
+    warm-up of its own, and the same request gives the same tokens as a tree engine that does."""
+    import dataclasses
+
+    from swiftspec.cli.engine_args import engine_config_from_args
+    from swiftspec.cli.main import build_parser
+    from swiftspec.runtime import build_engine
+    from swiftspec.runtime.auto.choose import decide
+    from swiftspec.runtime.defaults import resolve_defaults
+    from swiftspec.runtime.serial import SerialEngine
+    from swiftspec.sampling import SamplingParams
+
+    argv = ["generate", "x", "--model", str(tiny_qwen_dir), "--draft-model", str(tiny_draft_dir), "--device", "cpu",
+            "--dtype", "float32", "--max-seq-len", "256"] + ([] if adaptive else ["--no-adaptive"])
+    config = resolve_defaults(engine_config_from_args(build_parser().parse_args(argv)))
+    auto = dataclasses.replace(config, auto=dataclasses.replace(config.auto, modes=("tree",)))
+    own = build_engine(dataclasses.replace(auto, mode="tree"))  # profiles itself
+    prompt, params = own.tokenizer.encode("def add(a, b):"), SamplingParams()
+    want = [t for chunk in own.generate(prompt, params, 24) for t in chunk]
+    def measured(*args, **kwargs):
+        raise AssertionError("the engine measured its start-up profile again")
+
+    with monkeypatch.context() as m:
+        m.setattr(SerialEngine, "verify_times", measured)
+        m.setattr(SerialEngine, "warmup", measured)
+        engine = build_engine(auto)
+    decision = decide(auto)  # the cached profile's
+    assert isinstance(engine, SerialEngine) and engine.profile == decision.startup
+    if adaptive:  # the cap of adaptive rounds (startup.deepest_depth), whoever profiles
+        assert engine.profile.depth == own.profile.depth and len(engine.profile.verify_s) == config.tree.verify_size
+    else:  # serial_depth of the pair profile's forward times
+        assert engine.profile.depth >= 2 and engine.profile.verify_s == ()
+    assert [t for chunk in engine.generate(prompt, params, 24) for t in chunk] == want

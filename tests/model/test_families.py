@@ -206,3 +206,19 @@ def test_mistral_window_reaches_the_fused_cpu_decoder(tmp_path):
         assert (model._fused is not None) == fused
     assert torch.equal(runs[True, True], runs[False, True])
     assert not torch.equal(runs[True, True], runs[True, False])
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_gguf_tokenizer_is_transformers_own(name, tmp_path):
+    """The tokenizer read from a GGUF by its model type (convert.tokenizer_type, skipping
+    transformers' parse of the whole file into a config) is the one AutoTokenizer finds alone."""
+    from swiftspec.tokenizer import Tokenizer
+    from swiftspec.weights.convert import ensure_tokenizer
+    from swiftspec.weights.tiny import write_gguf
+
+    save_family(name, tmp_path / "hf", overrides={"query_pre_attn_scalar": 16} if name.startswith("gemma") else {})
+    path = write_gguf(tmp_path / "hf", tmp_path / "m.gguf")
+    ours = ensure_tokenizer(path, tmp_path / "cache")
+    Tokenizer.from_gguf(path).save(tmp_path / "own")
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        assert (ours / file).read_text() == (tmp_path / "own" / file).read_text(), (name, file)

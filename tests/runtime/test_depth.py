@@ -131,3 +131,32 @@ def test_adaptive_engine_profiles_every_verification_size(tiny_target, tiny_draf
     assert "verifying 1..5 nodes takes" in caplog.text
     for off in (TreeConfig(depth=0, adaptive=False), TreeConfig(depth=0, adaptive_verify=False)):  # verify all bs
         assert SerialEngine(tiny_target, TreeDrafter(tiny_draft.model, off, 256), off, 256).costs.verify_s == []
+
+
+def test_a_known_profile_is_not_measured_again() -> None:
+    """With a start-up profile already known (auto's), the serial profile measures nothing and the
+    async one only its warm request, for the seconds per round and per prompt token."""
+    from types import SimpleNamespace
+
+    from swiftspec.runtime.startup import StartupProfile, Warmup, async_profile, serial_profile
+
+    calls = []
+
+    class Probe:
+        tokenizer = SimpleNamespace(encode=lambda text: [1, 2, 3, 4])
+
+        def warmup(self, prompt, plan):
+            calls.append(("warmup", plan.depth))
+            stats = SimpleNamespace(total_s=1.0, ttft_s=0.2, rounds=4, prompt_tokens=4)
+            return Warmup(stats=stats, t_target_s=0.1, t_draft_s=0.01)
+
+        def verify_times(self, prompt):
+            calls.append("verify_times")
+            return [0.1, 0.2]
+
+    known = StartupProfile(depth=5, verify_s=(0.1, 0.11))
+    assert serial_profile(TreeConfig(depth=0), Probe(), known) is known and calls == []
+    got = async_profile(TreeConfig(depth=0), Probe(), known)
+    assert calls == [("warmup", 5), ("warmup", 5)]
+    assert got.depth == 5 and got.verify_s == known.verify_s
+    assert got.round_s == pytest.approx(0.2) and got.prefill_token_s == pytest.approx(0.05)

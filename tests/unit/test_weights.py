@@ -165,6 +165,9 @@ def test_tokenizer_cache_hit_and_invalidation(tiny_qwen_dir: Path, tmp_path: Pat
         tok = load_tokenizer(gguf, cache)
     text = "def add(a, b):\n    return a + b"
     assert tok.encode(text) == load_tokenizer(tiny_qwen_dir).encode(text)
+    convert.Tokenizer.from_gguf(gguf).save(tmp_path / "own")  # as transformers finds the class alone
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        assert (out / file).read_text() == (tmp_path / "own" / file).read_text()
     os.utime(gguf, ns=(0, 10**9))
     assert convert.tokenizer_dir(gguf, cache) != out
 

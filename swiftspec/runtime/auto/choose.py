@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from swiftspec.config import NO_DRAFT, EngineConfig, require_settled
+from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig, chain_config, require_settled
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.model import (
     Calibration,
+    DraftProfile,
     PairProfile,
     Prediction,
     predict_ar,
@@ -17,7 +18,7 @@ from swiftspec.runtime.auto.model import (
     predict_chain,
     predict_tree,
 )
-from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, deepest_depth, serial_depth
+from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, StartupProfile, deepest_depth, paper_depth, serial_depth
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +32,7 @@ class Decision:
     async_own_devices: Prediction | None  # async as if each group had its own devices and memory
     profile: PairProfile
     cached: bool
+    startup: StartupProfile | None  # the chosen engine's start-up profile, read from `profile` (None: ar)
 
     def speedup(self, p: Prediction) -> float:
         return p.tokens_per_s / self.ar.tokens_per_s
@@ -105,13 +107,39 @@ def predictions(profile: PairProfile, config: EngineConfig, cal: Calibration = C
         if "chain" in modes:
             out.append(predict_chain(profile, draft, tree, cal))
         if "tree" in modes:
-            t_verify, t_expand = profile.target_alone.at(tree.verify_size), draft.alone.at(tree.width)
-            depth = tree.depth or (deepest_depth(tree.verify_size) if tree.adaptive
-                                   else serial_depth(t_verify, t_expand, tree.verify_size))
-            out.append(predict_tree(profile, draft, tree, depth, cal))
+            out.append(predict_tree(profile, draft, tree, tree_depth(profile, draft, tree), cal))
         if "async" in modes:
             out.append(predict_async(profile, draft, tree, MAX_PROFILED_DEPTH, cal))
     return out
+
+
+def tree_depth(profile: PairProfile, draft: DraftProfile, tree: TreeConfig) -> int:
+    """The serial tree's d, by the rules its own start-up profile follows (runtime/startup.py)."""
+    if tree.depth or tree.adaptive:
+        return tree.depth or deepest_depth(tree.verify_size)
+    t_verify, t_expand = profile.target_alone.at(tree.verify_size), draft.alone.at(tree.width)
+    return serial_depth(t_verify, t_expand, tree.verify_size)
+
+
+def startup_profile(profile: PairProfile, config: EngineConfig) -> StartupProfile | None:
+    """The start-up profile of the engine `config` names (mode and draft format chosen), read from
+    the pair profile by the rules the engine's own would follow (runtime/startup.py), so that the
+    engine measures nothing again: d, and the seconds to verify 1..bs nodes on the target's cores
+    (the forward costs; the engine's running costs scale them to what its rounds measure)."""
+    tree = chain_config(config.tree) if config.mode == "chain" else config.tree
+    draft = next((d for d in profile.drafts if d.weights == config.draft_load.weights), None)
+    if config.mode == "ar" or draft is None:
+        return None
+    sizes = range(1, tree.verify_size + 1)
+    if config.mode == "async":  # d0 + 1 of the paper's rule, as predict_async has it
+        target, t_draft = profile.target_grouped, draft.grouped.at(tree.width)
+        depth = tree.depth or min(MAX_PROFILED_DEPTH, paper_depth(target.at(tree.verify_size), t_draft) + 1)
+    else:
+        target, t_draft = profile.target_alone, draft.alone.at(tree.width)
+        depth = tree_depth(profile, draft, tree)
+    timed = tree.adaptive_verify and (tree.adaptive or config.mode == "async")
+    return StartupProfile(depth=depth, t_target_s=target.at(tree.verify_size), t_draft_s=t_draft,
+                          verify_s=tuple(target.at(n) for n in sizes) if timed else ())
 
 
 def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
@@ -151,4 +179,4 @@ def choose(profile: PairProfile, config: EngineConfig, cached: bool, cal: Calibr
         draft = next(d for d in profile.drafts if d.weights == best["async"].draft_weights)
         own = predict_async(profile, draft, config.tree, MAX_PROFILED_DEPTH, cal, own_devices=True)
     return Decision(config=chosen, choice=choice, ar=predict_ar(profile), best_per_mode=tuple(best.values()),
-                    async_own_devices=own, profile=profile, cached=cached)
+                    async_own_devices=own, profile=profile, cached=cached, startup=startup_profile(profile, chosen))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swiftspec.config import TreeConfig
+from swiftspec.runtime.startup import paper_depth
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,7 +228,7 @@ def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, m
         target, drafter = profile.target_grouped, draft.grouped
     slow = 1.0 if own_devices else bus_slowdown(profile, draft, target.at(bs), drafter.at(w))
     verify_s, expand_s = slow * target.at(bs), slow * drafter.at(w)
-    depth = tree.depth or min(max_depth, max(1, int(verify_s / expand_s)) + 1)
+    depth = tree.depth or min(max_depth, paper_depth(verify_s, expand_s) + 1)
     accepted = simulate(draft.texts, lambda text, i: tree_round(text, i, bs, depth))
     rounds = [cal.async_accept * a for a in accepted]
     # with adaptive verification the target verifies about the nodes that pay, as in predict_tree

@@ -1,4 +1,4 @@
-"""The cost model of placements (runtime/costmodel.py) on a synthetic profile: async across hosts
+"""The cost model of placements (runtime/auto/placements.py) on a synthetic profile: async across hosts
 gains with the draft host's speed and loses with the round trip; the break-even and the longest
 round trip it reports are where the verdict flips."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from swiftspec.config import TreeConfig
 from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
-from swiftspec.runtime.costmodel import Setting, break_even, forecast, max_rtt, report
+from swiftspec.runtime.auto.placements import Setting, break_even, forecast, max_rtt, report
 
 TREE = TreeConfig()
 
