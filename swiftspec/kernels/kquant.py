@@ -200,6 +200,11 @@ def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
     bits = max(BITS[p.qtype] for p in parts)
     if any(len(p.raw) % TILE_N for p in parts[:-1]):
         raise ValueError("from_gguf: fused parts must have multiples of 16 rows")
+    from swiftspec.kernels import cpu_ext
+
+    ext = cpu_ext.load()
+    if ext is not None:  # one pass in C++ (csrc/kquant_repack.cpp): the bytes of the numpy path below
+        return _repacked(ext, parts, k, bits)
     chunks = []
     for part in parts:
         rows = np.asarray(part.raw).reshape(len(part.raw), -1)
@@ -208,6 +213,19 @@ def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
             dec = decode(chunk, part.qtype, len(chunk))
             chunks.append(widen(dec, bits))
     return pack(chunks, (sum(len(p.raw) for p in parts), k))
+
+
+def _repacked(ext, parts: list[RawPart], k: int, bits: int) -> PackedWeight:  # ext: cpu_ext.load()
+    """from_gguf by the C++ repack.  The file's bytes are copied once (a read-only memory map makes
+    no tensor), one part at a time."""
+    raws = [torch.from_numpy(np.array(p.raw, dtype=np.uint8).reshape(len(p.raw), -1)) for p in parts]
+    try:
+        q, qh, sc, mm, d, dm = ext.kquant_repack(raws, [BITS[p.qtype] for p in parts], k, bits)
+    except RuntimeError as e:  # a Q6_K block scale that fp16 cannot hold at -32 d, as decode_q6k says
+        raise ValueError(str(e).splitlines()[0]) from None
+    if all(p.qtype == "Q6_K" for p in parts):  # a pure Q6_K weight shares one tensor for sc and mm
+        mm = sc
+    return PackedWeight(FMTS[bits], (sum(len(p.raw) for p in parts), k), SUPER_K, q, d, dm, KBlocks(qh, sc, mm))
 
 
 def dequantize_k(qw: PackedWeight) -> torch.Tensor:

@@ -52,6 +52,23 @@ def test_packing_is_lossless(case):
     assert torch.equal(dequantize(qw), file_weights(parts, k))
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_cpp_repack_writes_the_numpy_packing(ext, case, monkeypatch):
+    """csrc/kquant_repack.cpp (the packing wherever the extension loads) writes every packed
+    stream byte for byte as the numpy decode and pack (without it); a pure Q6_K weight shares sc."""
+    parts, k = make(case, seed=11)
+    fast = kquant.from_gguf(parts, k)
+    monkeypatch.setattr(cpu_ext, "load", lambda: None)
+    slow = kquant.from_gguf(parts, k)
+    assert (fast.fmt, fast.shape, fast.group_size) == (slow.fmt, slow.shape, slow.group_size)
+    for name in ("qweight", "scale", "mins"):
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    for name in ("qh", "sc", "mm"):
+        a, b = getattr(fast.kblocks, name), getattr(slow.kblocks, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert (fast.kblocks.mm is fast.kblocks.sc) == (slow.kblocks.mm is slow.kblocks.sc)
+
+
 @pytest.mark.parametrize("qtype,rows,k", [("Q4_K", 37, 512), ("Q5_K", 29, 512), ("Q6_K", 21, 768)])
 def test_dequantize_blocks_is_gguf_pys(qtype, rows, k, monkeypatch):
     monkeypatch.setattr(kquant, "CHUNK_ROWS", 16)  # several chunks, the last one short

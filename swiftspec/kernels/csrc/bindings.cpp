@@ -61,6 +61,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");
   m.def("silu_mul", &swiftspec::silu_mul, "SwiGLU activation silu(gate) * up");
   register_decoder(m);
+  m.def("kquant_repack", &swiftspec::kquant_repack, "GGUF K-quant blocks -> the packed K-quant streams",
+        pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q5_K / Q6_K blocks)");
   m.def("qblock_linear", &swiftspec::qblock_linear, "GGUF block linear (Q8_0 / Q5_0 / Q4_0 blocks)");
 }

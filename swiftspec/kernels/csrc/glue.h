@@ -49,6 +49,10 @@ int64_t qblock_linear_path(int64_t level);  // also the K-quant linear's path fo
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& d,
                         const at::Tensor& mn, const c10::optional<at::Tensor>& bias, bool int4, int64_t N, int64_t K,
                         int64_t blk, int64_t level);
+// GGUF K-quant parts (uint8 [rows, K / 256 * block bytes], part_bits 4/5/6 each) stacked along N ->
+// the packed streams of a `bits`-bit weight {q, qh, sc, mm, d, dm} (kquant.h): kquant_repack.cpp.
+std::vector<at::Tensor> kquant_repack(const std::vector<at::Tensor>& raws, const std::vector<int64_t>& part_bits,
+                                      int64_t K, int64_t bits);
 at::Tensor int4_fit(const at::Tensor& groups);  // [G, n] fp32 -> [G, 2] (d, mn): int4_fit.cpp's search
 at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
                        int64_t level);
