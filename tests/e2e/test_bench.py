@@ -25,7 +25,7 @@ ROOFLINE_KEYS = {"target_weight_bytes", "draft_weight_bytes", "draft_forwards_pe
                  "bound_tokens_per_s", "fraction_of_bound"}
 
 
-def test_bench_tiny_report(tmp_path, tiny_qwen_dir, tiny_draft_dir) -> None:
+def test_bench_tiny_report(tmp_path, tmp_cache, tiny_qwen_dir, tiny_draft_dir) -> None:
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text('{"prompt": "def add(a, b):\\n    return"}\n{"prompt": "The quick brown fox"}\n')
     text = tmp_path / "text.txt"
