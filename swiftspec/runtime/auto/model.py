@@ -96,7 +96,12 @@ class Calibration:
     chain_s: float = 0.003  # per chain round
     tree_s: float = 0.025  # per serial tree round (selection, adaptive bookkeeping, re-rooting)
     async_s: float = 0.035  # per async round: the draft re-roots, selects and sends while the target waits
-    reuse: float = 0.45  # draft levels per accepted token that an earlier round has not grown already
+    # Adaptive serial rounds expand about first_expansions + reuse * a times when they accept a
+    # draft tokens (a least-squares fit over 110 rounds of 8 HumanEval prompts, AVX-512 host,
+    # 2026-12-04: docs/bench/auto.md; the 0.45 of 2026-11-30, with one first expansion,
+    # predicted 2.3x ar where 1.53x was measured).
+    first_expansions: float = 2.3
+    reuse: float = 0.59
     focus_rows: int = 4  # rows of a focused serial expansion (only leaves that can still be verified)
     async_accept: float = 0.82  # accepted draft tokens per async round, against a serial tree's
 
@@ -191,7 +196,7 @@ def predict_tree(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, de
     expand_s = draft.alone.at(min(tree.width, cal.focus_rows))
 
     def round_s(a: int) -> float:
-        expansions = min(depth, 1 + cal.reuse * a) if adaptive else depth
+        expansions = min(depth, cal.first_expansions + cal.reuse * a) if adaptive else depth
         rows = min(bs, a + 2) if adaptive and tree.adaptive_verify else bs
         return expansions * expand_s + profile.target_alone.at(rows) + cal.tree_s
 
