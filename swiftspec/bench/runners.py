@@ -178,10 +178,11 @@ def _add_ikllama(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sourc
         lineup.skipped[spec.name] = "ik_llama.cpp is not built for this CPU: make install-ikllama (or --ik-llama-server)"
         return
     log = Path(args.out) / f"ik-llama-server-{spec.name}.log"
+    own_log = Path(args.out) / f"ik-llama-{spec.name}"  # its log file (".log" added), else llama.log in the cwd
     tok = lineup.tokenizer
     lineup.runners[spec.name] = lc.LlamaServerRunner(
         binary, sources.target, args.threads, n_ctx, tok.eos_token_ids, (args.temperature, args.top_p), log, draft,
-        extra=lc.IK_FLAGS, encode=tok.encode)
+        extra=(*lc.IK_FLAGS, "--log-file", str(own_log)), encode=tok.encode)
     lineup.backends[spec.name] = f"ik_llama.cpp llama-server {binary} ({' '.join(lc.IK_FLAGS)})"
     _gguf_peer_bytes(lineup, spec, sources, draft)
 
