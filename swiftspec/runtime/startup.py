@@ -87,6 +87,12 @@ def paper_depth(t_target: float, t_draft: float) -> int:
     return min(MAX_PROFILED_DEPTH - 1, max(1, math.floor(t_target / max(t_draft, 1e-6))))
 
 
+def async_depth(t_target: float, t_draft: float) -> int:
+    """d0 + 1 of the paper's rule (paper_depth): the deeper of the two depths choose_depth tries,
+    with which `auto` predicts async and starts the async engine it chooses."""
+    return paper_depth(t_target, t_draft) + 1
+
+
 def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], float], label: str) -> int:
     """d by profiling (the paper's rule): d0 = paper_depth, then keep whichever of d0 and d0 + 1
     decodes faster in a short warm-up (speed_at(d) -> tok/s).  Logs the choice."""

@@ -18,7 +18,7 @@ from swiftspec.runtime.auto.model import (
     predict_chain,
     predict_tree,
 )
-from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, StartupProfile, deepest_depth, paper_depth, serial_depth
+from swiftspec.runtime.startup import StartupProfile, async_depth, deepest_depth, serial_depth
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +109,7 @@ def predictions(profile: PairProfile, config: EngineConfig, cal: Calibration = C
         if "tree" in modes:
             out.append(predict_tree(profile, draft, tree, tree_depth(profile, draft, tree), cal))
         if "async" in modes:
-            out.append(predict_async(profile, draft, tree, MAX_PROFILED_DEPTH, cal))
+            out.append(predict_async(profile, draft, tree, cal))
     return out
 
 
@@ -131,9 +131,9 @@ def startup_profile(profile: PairProfile, config: EngineConfig) -> StartupProfil
     if config.mode == "ar" or draft is None:
         return None
     sizes = range(1, tree.verify_size + 1)
-    if config.mode == "async":  # d0 + 1 of the paper's rule, as predict_async has it
+    if config.mode == "async":
         target, t_draft = profile.target_grouped, draft.grouped.at(tree.width)
-        depth = tree.depth or min(MAX_PROFILED_DEPTH, paper_depth(target.at(tree.verify_size), t_draft) + 1)
+        depth = tree.depth or async_depth(target.at(tree.verify_size), t_draft)
     else:
         target, t_draft = profile.target_alone, draft.alone.at(tree.width)
         depth = tree_depth(profile, draft, tree)
@@ -177,6 +177,6 @@ def choose(profile: PairProfile, config: EngineConfig, cached: bool, cal: Calibr
     own = None
     if "async" in best:
         draft = next(d for d in profile.drafts if d.weights == best["async"].draft_weights)
-        own = predict_async(profile, draft, config.tree, MAX_PROFILED_DEPTH, cal, own_devices=True)
+        own = predict_async(profile, draft, config.tree, cal, own_devices=True)
     return Decision(config=chosen, choice=choice, ar=predict_ar(profile), best_per_mode=tuple(best.values()),
                     async_own_devices=own, profile=profile, cached=cached, startup=startup_profile(profile, chosen))

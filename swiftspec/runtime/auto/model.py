@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.startup import paper_depth
+from swiftspec.runtime.startup import async_depth
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,8 +220,8 @@ def bus_slowdown(profile: PairProfile, draft: DraftProfile, target_s: float, dra
     return max(1.0, demand / bandwidth)
 
 
-def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, max_depth: int,
-                  cal: Calibration, own_devices: bool = False) -> Prediction:
+def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, cal: Calibration,
+                  own_devices: bool = False) -> Prediction:
     """The draft grows the tree while the target verifies the last one: a round is the target's
     forward on its group's cores (over the nodes that pay, with adaptive verification), slowed by
     the shared bus, plus the rendezvous.  own_devices:
@@ -233,7 +233,7 @@ def predict_async(profile: PairProfile, draft: DraftProfile, tree: TreeConfig, m
         target, drafter = profile.target_grouped, draft.grouped
     slow = 1.0 if own_devices else bus_slowdown(profile, draft, target.at(bs), drafter.at(w))
     verify_s, expand_s = slow * target.at(bs), slow * drafter.at(w)
-    depth = tree.depth or min(max_depth, paper_depth(verify_s, expand_s) + 1)
+    depth = tree.depth or async_depth(verify_s, expand_s)
     accepted = simulate(draft.texts, lambda text, i: tree_round(text, i, bs, depth))
     rounds = [cal.async_accept * a for a in accepted]
     # with adaptive verification the target verifies about the nodes that pay, as in predict_tree

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from swiftspec.config import AutoConfig, EngineConfig, TreeConfig
 from swiftspec.runtime.auto.choose import predictions
 from swiftspec.runtime.auto.model import Calibration, DraftProfile, PairProfile, Prediction, predict_async
-from swiftspec.runtime.startup import MAX_PROFILED_DEPTH
 
 SPEEDS = (1 / 16, 64.0)  # the range of draft speeds the break-even search covers
 
@@ -71,7 +70,7 @@ def predict_two_hosts(profile: PairProfile, draft: DraftProfile, tree: TreeConfi
     verify_s, expand_s = profile.target_alone.at(tree.verify_size), faster.at(tree.width)
     stall_s = max(0.0, expand_s - verify_s - setting.rtt_s)  # the target waits for the draft's top-up
     link_cal = dataclasses.replace(cal, async_s=cal.async_s + setting.rtt_s + stall_s)
-    return predict_async(target_profile, remote_draft, tree, MAX_PROFILED_DEPTH, link_cal, own_devices=True)
+    return predict_async(target_profile, remote_draft, tree, link_cal, own_devices=True)
 
 
 def forecast(profile: PairProfile, tree: TreeConfig, setting: Setting, cal: Calibration = Calibration()) -> Forecast:
@@ -79,7 +78,7 @@ def forecast(profile: PairProfile, tree: TreeConfig, setting: Setting, cal: Cali
     if setting.two_hosts:
         runs = [predict_two_hosts(profile, d, tree, setting, cal) for d in profile.drafts]
     else:
-        runs = [predict_async(profile, d, tree, MAX_PROFILED_DEPTH, cal) for d in profile.drafts]
+        runs = [predict_async(profile, d, tree, cal) for d in profile.drafts]
     return Forecast(setting=setting, tree=best_tree(profile, tree, cal),
                     async_=max(runs, key=lambda p: p.tokens_per_s))
 
