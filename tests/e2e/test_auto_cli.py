@@ -91,6 +91,7 @@ def test_the_chosen_engine_starts_from_the_pair_profile(tmp_cache: Path, tiny_qw
     own = build_engine(dataclasses.replace(auto, mode="tree"))  # profiles itself
     prompt, params = own.tokenizer.encode("def add(a, b):"), SamplingParams()
     want = [t for chunk in own.generate(prompt, params, 24) for t in chunk]
+
     def measured(*args, **kwargs):
         raise AssertionError("the engine measured its start-up profile again")
 

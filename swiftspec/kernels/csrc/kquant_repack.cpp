@@ -24,6 +24,9 @@ struct Block {
   uint16_t d, dm;
 };
 
+// Bytes of a super-block in the file: Q4_K, Q5_K, Q6_K.
+int64_t block_bytes(int64_t bits) { return bits == 4 ? 144 : bits == 5 ? 176 : 210; }
+
 uint16_t half_bits(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -130,7 +133,7 @@ std::vector<at::Tensor> kquant_repack(const std::vector<at::Tensor>& raws, const
   TORCH_CHECK(K % kSuperK == 0 && bits >= 4 && bits <= 6, "kquant_repack: K a multiple of 256, bits 4..6");
   int64_t rows = 0;
   for (size_t p = 0; p < raws.size(); ++p) {
-    const int64_t pb = part_bits[p], bytes = pb == 4 ? 144 : pb == 5 ? 176 : 210;
+    const int64_t pb = part_bits[p], bytes = block_bytes(pb);
     TORCH_CHECK(pb >= 4 && pb <= bits, "kquant_repack: a part wider than bits");
     TORCH_CHECK(raws[p].scalar_type() == at::kByte && raws[p].is_contiguous() && raws[p].dim() == 2 &&
                     raws[p].size(1) == K / kSuperK * bytes,
@@ -150,7 +153,7 @@ std::vector<at::Tensor> kquant_repack(const std::vector<at::Tensor>& raws, const
   Block blk;
   int64_t row0 = 0;
   for (size_t p = 0; p < raws.size(); ++p) {
-    const int64_t pb = part_bits[p], bytes = pb == 4 ? 144 : pb == 5 ? 176 : 210, n = raws[p].size(0);
+    const int64_t pb = part_bits[p], bytes = block_bytes(pb), n = raws[p].size(0);
     const uint8_t* src = raws[p].data_ptr<uint8_t>();
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t b = 0; b < K / kSuperK; ++b) {
