@@ -230,6 +230,16 @@ def int4_fit(groups: torch.Tensor) -> torch.Tensor:
     return _built().int4_fit(groups.float().contiguous())
 
 
+def int4_quantize(w: torch.Tensor, group_size: int) -> PackedWeight:
+    """A dense CPU weight [N, K] (fp32 or bf16; other dtypes go through fp32) -> its int4 weight in
+    quant.py's layout: int4_fit's search, then the levels and their packing, per tile of 16
+    channels in parallel (csrc/int4_quantize.cpp; the bytes of quant.py's torch path)."""
+    if w.dtype not in (torch.float32, torch.bfloat16):
+        w = w.float()
+    q, d, mn = _built().int4_quantize(w.contiguous(), group_size)
+    return PackedWeight("int4", tuple(w.shape), group_size, q, d, mn)
+
+
 def bf16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
                 at_level: int | None = None) -> torch.Tensor:
     """y [..., N] = x [..., K] @ w [N, K]^T (+ bias), bf16, at most MAX_SMALL_ROWS rows of x.

@@ -7,7 +7,7 @@ Layouts (T = ceil(N / 16) tiles of 16 output channels; padded channels are zero)
   operand order of vpdpbusd.  K is zero-padded to Kp, a multiple of ``group_size`` (the K-block
   over which the kernel quantizes activations).
 - int4: group-wise asymmetric, w ~= d[n, g] * q + mn[n, g], q in [0, 15] (llama.cpp's Q4_1).
-  Each group's (d, mn) is searched as llama.cpp's K-quants do (``int4_fit``: csrc/int4_fit.cpp,
+  Each group's (d, mn) is searched as llama.cpp's K-quants do (csrc/int4_fit.cpp,
   or its torch twin ``int4_fit_ref`` without the extension), not taken from the group's min and max.
   ``qweight`` is uint8 [T, K/8, 16, 4]: byte i of a channel's 4 bytes holds k = 8s + i in its low
   and k = 8s + 4 + i in its high nibble, so one shift + mask gives two vpdpbusd operands.
@@ -25,6 +25,8 @@ A row's result never depends on the other rows of the batch.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
@@ -120,22 +122,28 @@ def _int4_fit_chunk(groups: torch.Tensor) -> torch.Tensor:
     return torch.stack((best_d, best_m), 1).float()
 
 
-def int4_fit(groups: torch.Tensor) -> torch.Tensor:
-    """Each group's int4 (d, mn): groups [G, n] fp32 -> [G, 2] fp32.  The C++ search where the
-    extension is built (the same bits on every CPU), else int4_fit_ref (the same rule; its sums run
-    in another order, so a near-tie may go the other way)."""
-    if cpu_ext.load() is not None:
-        return cpu_ext.int4_fit(groups)
-    return int4_fit_ref(groups)
-
-
 def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
     """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0.
-    Each group's (d, mn) is int4_fit's, rounded to fp16; conversion (convert.py) packs with this."""
+    Each group's (d, mn) is the int4 search's, rounded to fp16; conversion (convert.py) packs with
+    this.  The C++ quantizer where the extension is built (csrc/int4_quantize.cpp: the same bits
+    on every CPU), else the same steps in torch with int4_fit_ref (whose sums run in another
+    order, so a near-tie may go the other way)."""
     _check_weight(w)
-    n, k = w.shape
+    k = w.shape[1]
     if group_size not in BLOCKS or k % group_size:
         raise ValueError(f"int4 needs group_size in {BLOCKS} dividing K={k}, got {group_size}")
+    if cpu_ext.load() is not None:
+        packed = cpu_ext.int4_quantize(w.detach().cpu(), group_size)
+    else:
+        packed = quantize_int4_torch(w, group_size, int4_fit_ref)
+    if not (torch.isfinite(packed.scale).all() and torch.isfinite(packed.mins).all()):
+        raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")
+    return packed
+
+
+def quantize_int4_torch(w: torch.Tensor, group_size: int, fit: Callable[[torch.Tensor], torch.Tensor]) -> PackedWeight:
+    """quantize_int4's steps in torch with the group search `fit` ([G, n] fp32 -> [G, 2] (d, mn))."""
+    n, k = w.shape
     t, ng = num_tiles(n), k // group_size
     packed = torch.empty(t, k // 8, TILE_N, 4, dtype=torch.uint8)
     d_all = torch.zeros(t * TILE_N, ng, dtype=torch.float16)
@@ -143,10 +151,8 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
     for r0 in range(0, n, CHUNK_ROWS):
         g = w[r0 : r0 + CHUNK_ROWS].detach().float().cpu().contiguous().view(-1, ng, group_size)
         rows = g.shape[0]
-        dm = int4_fit(g.view(-1, group_size)).view(rows, ng, 2)
+        dm = fit(g.view(-1, group_size)).view(rows, ng, 2)
         d16, m16 = dm[..., 0].half(), dm[..., 1].half()  # [rows, K/G]
-        if not (torch.isfinite(d16).all() and torch.isfinite(m16).all()):
-            raise ValueError("int4 scales overflow fp16; the weight has values beyond +-65504")
         d, m = d16.float()[..., None], m16.float()[..., None]
         q = g.sub(m).div_(torch.where(d > 0, d, 1.0)).round_().masked_fill_(d <= 0, 0.0).clamp_(0, 15)  # in place
         qp = torch.zeros(num_tiles(rows) * TILE_N, k, dtype=torch.uint8)

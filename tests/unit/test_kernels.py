@@ -19,7 +19,7 @@ from torch import nn
 
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext
-from swiftspec.kernels.quant import int4_fit_ref
+from swiftspec.kernels.quant import int4_fit_ref, quantize_int4_torch
 from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quant_linear_ref, quantize_act_ref
 
 
@@ -109,7 +109,7 @@ def _int4_error(groups: torch.Tensor, dm: torch.Tensor, weighted: bool) -> torch
 def test_int4_fit_beats_min_max_rounding_on_every_cpu_the_same_way(ext, n) -> None:
     """The searched (d, mn) of each group errs less than min-max rounding (weighted, as searched;
     and plainly, on average); the C++ search equals its torch twin up to summation order, and a
-    flat group gets d = 0.  Conversion and quantize_int4 both pack with the C++ search."""
+    flat group gets d = 0.  Conversion packs with the C++ search."""
     torch.manual_seed(n)
     groups = torch.cat([torch.randn(3000, n) * torch.rand(3000, 1),  # Gaussian groups of mixed scale
                         torch.randn(1000, n).pow(3),  # heavy tails: outliers the search may clip
@@ -127,8 +127,22 @@ def test_int4_fit_beats_min_max_rounding_on_every_cpu_the_same_way(ext, n) -> No
     w = groups[:16 * (len(groups) // 16)].reshape(-1, 4 * n)
     qw = kernels.quantize_weight(w, "int4", n)
     assert torch.equal(qw.scale.permute(0, 2, 1).reshape(-1), fit[: qw.scale.numel(), 0].half())  # conversion runs the C++ fit
-    direct = kernels.quantize_int4(w, n)  # direct quantization packs the same bytes as conversion
-    assert all(torch.equal(getattr(direct, f), getattr(qw, f)) for f in ("qweight", "scale", "mins"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cpp_int4_quantizer_writes_the_torch_packing(ext, dtype) -> None:
+    """csrc/int4_quantize.cpp packs the bytes of quant.py's torch steps run with the same (C++)
+    group search: ragged channels (a part-filled last tile), flat groups (d = 0), ties at .5, every
+    group size, bf16 and fp32 weights."""
+    torch.manual_seed(7)
+    for n, k, group in ((37, 256, 32), (16, 128, 64), (100, 384, 128)):
+        w = torch.randn(n, k) * torch.rand(n, 1)
+        w[3, :group] = 0.5  # a flat group
+        w[5, group : 2 * group] = torch.arange(group) / 2.0  # levels half-way between two steps
+        w = w.to(dtype)
+        packed = kernels.quantize_int4(w, group)
+        want = quantize_int4_torch(w, group, cpu_ext.int4_fit)
+        assert all(torch.equal(getattr(packed, f), getattr(want, f)) for f in ("qweight", "scale", "mins")), (n, k, group)
 
 
 @pytest.mark.parametrize("fmt", ["int4", "int8"])

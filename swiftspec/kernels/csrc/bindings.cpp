@@ -56,6 +56,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("kernel_paths", &kernel_paths, "each op's path (a level, 0 = none) at an ISA level");
   m.def("quant_linear", &swiftspec::quant_linear, "quantized linear (int8/int4 weights)");
   m.def("int4_fit", &swiftspec::int4_fit, "int4 quantizer: each group's searched (d, mn)");
+  m.def("int4_quantize", &swiftspec::int4_quantize, "int4 quantizer: a dense weight -> the packed int4 weight",
+        pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("bf16_linear", &swiftspec::bf16_linear, "bf16 linear at small M");
   m.def("masked_attention", &swiftspec::masked_attention, "layout-invariant masked attention");
   m.def("rms_norm", &swiftspec::rms_norm, "RMSNorm with the model's rounding");

@@ -54,6 +54,8 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
 std::vector<at::Tensor> kquant_repack(const std::vector<at::Tensor>& raws, const std::vector<int64_t>& part_bits,
                                       int64_t K, int64_t bits);
 at::Tensor int4_fit(const at::Tensor& groups);  // [G, n] fp32 -> [G, 2] (d, mn): int4_fit.cpp's search
+// w [N, K] fp32/bf16 -> the packed int4 weight {q, d, mn} (quant.py's layout): int4_quantize.cpp.
+std::vector<at::Tensor> int4_quantize(const at::Tensor& w, int64_t group);
 at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
                        int64_t level);
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
