@@ -160,7 +160,7 @@ def test_ar_sampling_matches_target_distribution(sharp_models) -> None:
 def sampled_engine(target, draft, mode: str) -> SerialEngine:
     """tree-adaptive: d = 3 and fixed costs (leaves below path probability 0.2 skipped, each row
     verified a third of a token) where the cost rules run; sampled rounds keep the fixed floor
-    (SerialEngine._fixed_floor), so their subtrees are cut at 0.3.  The prompt repeats itself, so prompt lookup grafts branches into the trees (mixed
+    (SerialEngine._fixed_floor), so their subtrees are cut at SAMPLED_FLOOR.  The prompt repeats itself, so prompt lookup grafts branches into the trees (mixed
     with the draft's; alone in lookup-only)."""
     cfg = TreeConfig(depth=3 if mode == "tree-adaptive" else 2, budget=96)
     cfg = chain_config(cfg) if mode == "chain" else cfg
