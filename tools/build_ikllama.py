@@ -1,4 +1,5 @@
-"""Builds ik_llama.cpp's `llama-server` for this CPU, once, into SwiftSpec's cache; prints its path.
+"""Builds ik_llama.cpp's `llama-server` (and its `llama-perplexity`) for this CPU, once, into
+SwiftSpec's cache; prints the server's path.
 
 ik_llama.cpp (a llama.cpp fork with its own CPU matmul kernels and run-time repacking, `-rtr`) is
 the second CPU peer of `swiftspec bench` (modes ikllama-ar and ikllama-spec), which finds the build
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp_cmake_args import cmake_args  # noqa: E402
 
 PACKAGE, VERSION = "ik-llama-cpp-python", "0.1.5"
-TARGETS = ("llama-server",)
+TARGETS = ("llama-server", "llama-perplexity")  # the bench's peer; its perplexity (docs/bench/perplexity)
 EXTRA = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DGGML_IQK_FA_ALL_QUANTS=OFF",
          "-DBUILD_SHARED_LIBS=OFF")
 
@@ -101,7 +102,7 @@ def main() -> None:
     root = cache_root()
     out = root / f"build-{VERSION}-{hashlib.sha1(' '.join(args).encode()).hexdigest()[:10]}"
     server = out / "bin" / "llama-server"
-    if not server.exists():
+    if not all((out / "bin" / target).exists() for target in TARGETS):
         src = source_dir(root)
         write_build_info(src)
         server = build(src, out, args)
