@@ -4,13 +4,13 @@
 // (round half to even; q = 0 where d is 0), as quant.py's torch path computes it byte for byte.
 // The caller checks the fp16 scales for overflow.
 #include <ATen/ops/zeros.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "glue.h"
@@ -20,19 +20,14 @@
 namespace swiftspec {
 namespace {
 
-constexpr int kTile = 16;  // output channels per tile (packed.TILE_N)
-
 // Row r of w as fp32 into out [K].
 void row_fp32(const at::Tensor& w, int64_t r, int64_t K, float* out) {
   if (w.scalar_type() == at::kFloat) {
     const float* src = w.data_ptr<float>() + r * K;
     std::copy(src, src + K, out);
-  } else {  // bf16: the high half of an fp32
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data_ptr()) + r * K;
-    for (int64_t k = 0; k < K; ++k) {
-      const uint32_t bits = static_cast<uint32_t>(src[k]) << 16;
-      std::memcpy(out + k, &bits, 4);
-    }
+  } else {
+    const c10::BFloat16* src = w.data_ptr<c10::BFloat16>() + r * K;
+    std::copy(src, src + K, out);  // exact: a bf16 is the high half of an fp32
   }
 }
 
@@ -61,35 +56,35 @@ std::vector<at::Tensor> int4_quantize(const at::Tensor& w, int64_t group) {
                   (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16),
               "int4_quantize: w must be a contiguous CPU float32 or bfloat16 [N, K]");
   TORCH_CHECK(group == 32 || group == 64 || group == 128, "int4_quantize: groups of 32, 64 or 128 values");
-  const int64_t N = w.size(0), K = w.size(1), ng = K / group, T = (N + kTile - 1) / kTile;
+  const int64_t N = w.size(0), K = w.size(1), ng = K / group, T = (N + kTileN - 1) / kTileN;
   TORCH_CHECK(K % group == 0, "int4_quantize: K must be a multiple of the group size");
   auto u8 = at::TensorOptions().dtype(at::kByte);
-  at::Tensor q = at::zeros({T, K / 8, kTile, 4}, u8);
-  at::Tensor d = at::zeros({T, ng, kTile}, at::TensorOptions().dtype(at::kHalf));
-  at::Tensor mn = at::zeros({T, ng, kTile}, at::TensorOptions().dtype(at::kHalf));
+  at::Tensor q = at::zeros({T, K / 8, kTileN, 4}, u8);
+  at::Tensor d = at::zeros({T, ng, kTileN}, at::TensorOptions().dtype(at::kHalf));
+  at::Tensor mn = at::zeros({T, ng, kTileN}, at::TensorOptions().dtype(at::kHalf));
   uint8_t* qp = q.data_ptr<uint8_t>();
   c10::Half* dp = d.data_ptr<c10::Half>();
   c10::Half* mp = mn.data_ptr<c10::Half>();
   const auto levels = __builtin_cpu_supports("avx2") ? levels_avx2 : levels_plain;
-  parallel_chunks(T, T * kTile * K * kInt4FitGrids, [&](int64_t t0, int64_t t1) {
+  parallel_chunks(T, T * kTileN * K * kInt4FitGrids, [&](int64_t t0, int64_t t1) {
     std::vector<float> x(K), dm(2 * ng);
     uint8_t lv[128];
     for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t r = 0; r < kTile && t * kTile + r < N; ++r) {
-        row_fp32(w, t * kTile + r, K, x.data());
+      for (int64_t r = 0; r < kTileN && t * kTileN + r < N; ++r) {
+        row_fp32(w, t * kTileN + r, K, x.data());
         int4_fit_groups(x.data(), 0, ng, static_cast<int>(group), dm.data());
         for (int64_t g = 0; g < ng; ++g) {
           const c10::Half d16(dm[2 * g]), m16(dm[2 * g + 1]);
           const float dg = d16, mg = m16;
-          dp[(t * ng + g) * kTile + r] = d16;
-          mp[(t * ng + g) * kTile + r] = m16;
+          dp[(t * ng + g) * kTileN + r] = d16;
+          mp[(t * ng + g) * kTileN + r] = m16;
           if (dg > 0.f) {
             levels(x.data() + g * group, static_cast<int>(group), dg, mg, lv);
           } else {
             std::fill(lv, lv + group, uint8_t{0});
           }
           for (int64_t k = 0; k < group; k += 8) {
-            uint8_t* out = qp + ((t * (K / 8) + (g * group + k) / 8) * kTile + r) * 4;  // k = 8 s + 4 h + i
+            uint8_t* out = qp + ((t * (K / 8) + (g * group + k) / 8) * kTileN + r) * 4;  // k = 8 s + 4 h + i
             for (int i = 0; i < 4; ++i) out[i] = lv[k + i] | static_cast<uint8_t>(lv[k + 4 + i] << 4);
           }
         }
