@@ -132,13 +132,13 @@ def test_int4_fit_beats_min_max_rounding_on_every_cpu_the_same_way(ext, n) -> No
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_cpp_int4_quantizer_writes_the_torch_packing(ext, dtype) -> None:
     """csrc/int4_quantize.cpp packs the bytes of quant.py's torch steps run with the same (C++)
-    group search: ragged channels (a part-filled last tile), flat groups (d = 0), ties at .5, every
-    group size, bf16 and fp32 weights."""
+    group search: ragged channels (a part-filled last tile), flat groups (d = 0), an evenly spaced
+    group, every group size, bf16 and fp32 weights."""
     torch.manual_seed(7)
     for n, k, group in ((37, 256, 32), (16, 128, 64), (100, 384, 128)):
         w = torch.randn(n, k) * torch.rand(n, 1)
         w[3, :group] = 0.5  # a flat group
-        w[5, group : 2 * group] = torch.arange(group) / 2.0  # levels half-way between two steps
+        w[5, group : 2 * group] = torch.arange(group) / 2.0  # evenly spaced values
         w = w.to(dtype)
         packed = kernels.quantize_int4(w, group)
         want = quantize_int4_torch(w, group, cpu_ext.int4_fit)
