@@ -1,42 +1,33 @@
-"""Conversion cache: a GGUF is converted once into an HF-style directory, which later loads memory-map.
+"""What a GGUF is converted into: its tokenizer, cached once, and a transformers config.json of its settings.
 
-The directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) lives under
-`<cache>/converted/` and is keyed by the GGUF's size and mtime and by the dtype. A GGUF loaded as
-stored (`--weights gguf`) needs only its tokenizer, kept alone under `<cache>/tokenizers/` (a
-few MB; building it from the GGUF's metadata takes several times longer than reading it back).
-Each entry appears by an atomic rename, so a crash mid-conversion leaves no half-written entry behind.
+A GGUF's weights are always read from the file itself (weights/loader.py); only its tokenizer is
+kept, under `<cache>/tokenizers/` (a few MB; building it from the GGUF's metadata takes several
+times longer than reading it back), keyed by the GGUF's size and mtime.  The entry appears by an
+atomic rename, so a crash mid-conversion leaves no half-written entry behind.  `hf_config` writes
+the config.json of a model's settings (the tiny test checkpoints; the tokenizer's model type).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from swiftspec.errors import UserError
 from swiftspec.model.args import ModelArgs
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.gguf import GGUFCheckpoint
-from swiftspec.weights.safetensors import write_safetensors
 
-FORMAT_VERSION = 1  # bump when the layout of a converted directory changes
+FORMAT_VERSION = 1  # bump when the layout of a cached tokenizer changes
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 # our arch -> (HF model_type, class); a Llama with a sliding window is written as a Mistral
 _HF_CLASSES = {"qwen2": ("qwen2", "Qwen2ForCausalLM"), "llama": ("llama", "LlamaForCausalLM"),
                "mistral": ("mistral", "MistralForCausalLM"), "qwen3": ("qwen3", "Qwen3ForCausalLM"),
                "gemma2": ("gemma2", "Gemma2ForCausalLM"), "gemma3": ("gemma3_text", "Gemma3ForCausalLM")}
-
-
-def converted_dir(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
-    """Where the conversion of this GGUF (at its current size and mtime) to dtype lives."""
-    return cache_root / "converted" / f"{gguf.stem}-{DTYPE_NAMES[dtype]}-{_key(gguf, str(dtype))}"
 
 
 def tokenizer_dir(gguf: Path, cache_root: Path) -> Path:
@@ -72,32 +63,6 @@ def tokenizer_type(args: ModelArgs) -> str | None:
     """The transformers model type that picks this GGUF's tokenizer class (Tokenizer.from_gguf), or None."""
     model_type = hf_config(args, torch.float32)["model_type"]
     return model_type if model_type in _TOKENIZER_TYPES else None
-
-
-def ensure_converted(gguf: Path, dtype: torch.dtype, cache_root: Path) -> Path:
-    """Return the converted directory of `gguf`, converting it first (with a progress bar) if needed."""
-    out = converted_dir(gguf, dtype, cache_root)
-    if (out / "config.json").is_file():
-        return out
-    print(f"[swiftspec] converting {gguf.name} to {DTYPE_NAMES[dtype]} once, into {out}", file=sys.stderr)
-    ckpt = GGUFCheckpoint(gguf)  # validate before any work is done
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        config = hf_config(ckpt.args, dtype)
-        if ModelArgs.from_hf_config(config) != ckpt.args:
-            raise UserError(f"{gguf}: model settings not expressible as an HF config.json")
-        for file in ensure_tokenizer(gguf, cache_root).iterdir():  # read from the GGUF once (seconds)
-            shutil.copy2(file, tmp / file.name)
-        with open(tmp / "model.safetensors", "wb") as f:
-            shapes = {s.hf_name: s.shape for s in ckpt.specs}
-            write_safetensors(f, shapes, dtype, _with_progress(ckpt.tensors(dtype), len(shapes), gguf.name))
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        _publish(tmp, out, "config.json")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def hf_config(args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
@@ -155,15 +120,6 @@ def _family_config(args: ModelArgs) -> dict[str, Any]:
     if args.local_rope_theta is not None:
         cfg["rope_local_base_freq"] = args.local_rope_theta
     return cfg
-
-
-def _with_progress(
-    tensors: Iterator[tuple[str, torch.Tensor]], total: int, label: str
-) -> Iterator[tuple[str, torch.Tensor]]:
-    with tqdm(total=total, desc=f"converting {label}", unit="tensor", file=sys.stderr) as bar:
-        for item in tensors:
-            yield item
-            bar.update(1)
 
 
 def _key(gguf: Path, kind: str) -> str:

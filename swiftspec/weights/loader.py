@@ -1,10 +1,11 @@
 """Model loading: a local GGUF file or HF directory (weights.source resolves names to one) ->
 LoadedModel (Transformer + Tokenizer), and the header-only and tokenizer-only reads beside it.
 
-With `--weights gguf` a GGUF loads straight from the file: the linears it holds as Q4_K / Q5_K /
-Q6_K / Q8_0 / Q5_0 / Q4_0 as stored (gguf_native.py), every other tensor dequantized from it, and only its tokenizer cached.
-For bf16, int8 and int4 (dense weights) a GGUF is converted once into the cache (see convert.py)
-and every load then reads an HF-style directory.  Bundled names are pulled on first use (see
+A GGUF loads straight from the file, and only its tokenizer is cached (convert.py): with
+`--weights gguf` the linears it holds as Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 are packed as
+stored (gguf_native.py) and every other tensor is dequantized from it; for bf16, int8 and int4 every
+tensor is dequantized from it (in C++ for Q8_0 / Q5_0 / Q4_0, the bulk of the default draft) and then
+packed as asked.  Bundled names are pulled on first use (see
 bundled.py), hub ids resolve through the Hugging Face hub cache (see hub.py).  The GGUF modules
 (and the gguf package they need) are imported only when a GGUF is read, so that an HF directory
 loads, and the engines import, where gguf is not installed (a GPU machine's own torch, benchmarks/gpu_check.py).
@@ -24,7 +25,7 @@ from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.bundled import cache_dir
 from swiftspec.weights.loaded import LoadedModel
-from swiftspec.weights.safetensors import HFCheckpoint, open_hf_dir
+from swiftspec.weights.safetensors import open_hf_dir
 from swiftspec.weights.source import resolve_source
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -36,12 +37,12 @@ def load_model(
     """Load `source` (bundled model name, .gguf path or HF directory) with load's dtype and device."""
     dtype = DTYPES[load.dtype]
     path = resolve_source(source, cache)
-    if load.weights == "gguf":
-        if not (path.is_file() and load.device.startswith("cpu")):
-            raise UserError(f"--weights gguf runs a GGUF file's blocks on the CPU; {source} on {load.device} "
-                            "needs bf16, int8 or int4")
+    if load.weights == "gguf" and not (path.is_file() and load.device.startswith("cpu")):
+        raise UserError(f"--weights gguf runs a GGUF file's blocks on the CPU; {source} on {load.device} "
+                        "needs bf16, int8 or int4")
+    if path.is_file():
         return _load_gguf(path, load, parallel, cache)
-    ckpt = open_checkpoint(path, dtype, cache)
+    ckpt = open_hf_dir(path)
     tokenizer = Tokenizer.from_dir(ckpt.path)
     model = Transformer(ckpt.args, parallel=parallel, dtype=dtype, device=load.device)
     model.load_weights(ckpt.tensors(dtype))
@@ -49,9 +50,9 @@ def load_model(
 
 
 def _load_gguf(path: Path, load: LoadConfig, parallel: ParallelState, cache: Path | None) -> LoadedModel:
-    """`--weights gguf`: no dense copy of the file is made.  The planned linears are packed from
-    its blocks; the rest (embedding, norms, biases, other linears) is dequantized from it, to the
-    values a conversion would hold (the same gguf-py values rounded once to dtype)."""
+    """A GGUF, with no dense copy of the file made.  `--weights gguf`: the planned linears are
+    packed from its blocks.  Every other tensor (all of them for bf16, int8 and int4) is
+    dequantized from it: gguf-py's values rounded once to dtype."""
     from swiftspec.weights.gguf import GGUFCheckpoint
     from swiftspec.weights.gguf_native import pack_native_, plan
 
@@ -59,9 +60,11 @@ def _load_gguf(path: Path, load: LoadConfig, parallel: ParallelState, cache: Pat
     gg = GGUFCheckpoint(path)  # validated before anything is cached
     tokenizer = load_tokenizer(path, cache)
     model = Transformer(gg.args, parallel=parallel, dtype=dtype, device=load.device)
-    native = plan(gg, parallel.tp_size)
-    model.load_weights(gg.tensors(dtype, skip=native.hf_names), supplied=native.hf_names)
-    pack_native_(model, gg, native)
+    native = plan(gg, parallel.tp_size) if load.weights == "gguf" else None
+    supplied = frozenset() if native is None else native.hf_names
+    model.load_weights(gg.tensors(dtype, skip=supplied), supplied=supplied)
+    if native is not None:
+        pack_native_(model, gg, native)
     return LoadedModel(gg.args, model.eval(), tokenizer, path)
 
 
@@ -81,12 +84,3 @@ def model_args(path: Path) -> ModelArgs:
     from swiftspec.weights.gguf import GGUFCheckpoint
 
     return GGUFCheckpoint(path).args
-
-
-def open_checkpoint(path: Path, dtype: torch.dtype, cache: Path | None = None) -> HFCheckpoint:
-    """An HF directory as is; a GGUF through the conversion cache (converted on first use)."""
-    if path.is_dir():
-        return open_hf_dir(path)
-    from swiftspec.weights.convert import ensure_converted
-
-    return open_hf_dir(ensure_converted(path, dtype, cache or cache_dir()))

@@ -74,8 +74,9 @@ def test_edge_values_and_dequantize_blocks(qtype, monkeypatch):
     part = RawPart(random_blocks(qtype, 37, 256, seed=1, edges=True), qtype)
     want = file_weights([part], 256)
     assert torch.equal(dequantize(qblock.from_gguf([part], 256)), want)
-    assert torch.equal(qblock.dequantize_blocks(part.raw, qtype, torch.float32), want)
-    assert torch.equal(qblock.dequantize_blocks(part.raw, qtype, torch.bfloat16), want.bfloat16())
+    for dequantize_blocks in (qblock.dequantize_blocks, qblock.dequantize_blocks_np):  # C++, numpy
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            assert torch.equal(dequantize_blocks(part.raw, qtype, dtype), want.to(dtype)), (dequantize_blocks, dtype)
 
 
 def test_bytes_per_weight():

@@ -1,7 +1,7 @@
 """`--weights gguf` loading (weights/gguf_native.py): the file's K-quant and Q8_0 / Q5_0 / Q4_0 linears are packed
 from its blocks, fused in the model's row order (llama Q/K rows un-permuted), and their dequantized
 values are the file's, bit for bit; a forward runs through the K-quant kernels.  Such a load reads
-the file alone (no converted copy is written) and gives the tensors the converted path gives."""
+the file alone (only its tokenizer is cached) and gives the tensors of a dense (bf16) load."""
 
 from __future__ import annotations
 
@@ -67,15 +67,15 @@ def test_gguf_load_reads_the_file_alone(arch: str, qtype: str, tmp_path: Path) -
     got = load_model(str(path), load, cache=cache)
     assert sorted(p.name for p in cache.iterdir()) == ["tokenizers"]  # no converted copy
     assert [p.name for p in (cache / "tokenizers").iterdir()] == [tokenizer_dir(path, cache).name]
-    dense = load_model(str(path), dataclasses.replace(load, weights="bf16"), cache=tmp_path / "conv")
-    assert (tmp_path / "conv" / "converted").is_dir() and got.args == dense.args
+    dense = load_model(str(path), dataclasses.replace(load, weights="bf16"), cache=tmp_path / "dense")
+    assert sorted(p.name for p in (tmp_path / "dense").iterdir()) == ["tokenizers"] and got.args == dense.args
     packed = 0
-    for name, want in dense.model.named_parameters():  # every tensor, as the conversion holds it
+    for name, want in dense.model.named_parameters():  # every tensor, as the dense load holds it
         module, _, attr = name.rpartition(".")
         have = getattr(got.model.get_submodule(module), attr)
         if isinstance(have, PackedWeight):
             packed += 1
-            have = dequantize(have).to(want.dtype)  # the file's fp32 values, rounded as converting does
+            have = dequantize(have).to(want.dtype)  # the file's fp32 values, rounded as the dense load does
         assert have.dtype == want.dtype and torch.equal(have, want), name
     linears = 4 if arch == "qwen2" else 5  # qkv, o, gate_up, down (+ the head where it is not tied)
     assert packed == linears

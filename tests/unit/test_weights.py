@@ -28,8 +28,8 @@ from swiftspec.weights.gguf import (
     llama_unpermute,
 )
 from swiftspec.weights.gguf_reader import FastReader, PackedArray
-from swiftspec.weights.loader import load_model, load_tokenizer, open_checkpoint
-from swiftspec.weights.safetensors import open_hf_dir, write_safetensors
+from swiftspec.weights.loader import load_model, load_tokenizer
+from swiftspec.weights.safetensors import open_hf_dir
 from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 
 DIRS = {"qwen2": "tiny_qwen_dir", "llama": "tiny_llama_dir"}
@@ -123,34 +123,6 @@ def test_sharded_hf_dir(tiny_qwen_dir: Path, tmp_path: Path) -> None:
     got = dict(open_hf_dir(tmp_path).tensors(torch.float32))
     assert got.keys() == tensors.keys()
     assert all(torch.equal(got[n], tensors[n]) for n in names)
-
-
-def test_write_safetensors_streams_in_order(tmp_path: Path) -> None:
-    tensors = {"a": torch.randn(3, 5), "b": torch.randn(7)}
-    shapes = {n: tuple(t.shape) for n, t in tensors.items()}
-    with open(tmp_path / "x.safetensors", "wb") as f:
-        write_safetensors(f, shapes, torch.bfloat16, iter(tensors.items()))
-    with safe_open(tmp_path / "x.safetensors", framework="pt") as f:
-        assert all(torch.equal(f.get_tensor(n), t.bfloat16()) for n, t in tensors.items())
-    with open(tmp_path / "y.safetensors", "wb") as f, pytest.raises(ValueError, match="out of order"):
-        write_safetensors(f, shapes, torch.float32, iter(reversed(tensors.items())))
-
-
-def test_conversion_cache_hit_and_invalidation(tiny_llama_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    gguf = write_gguf(tiny_llama_dir, tmp_path / "m.gguf")
-    cache = tmp_path / "cache"
-    out = convert.ensure_converted(gguf, torch.bfloat16, cache)
-    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
-    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary leftovers
-    with monkeypatch.context() as m:  # a hit must not open the GGUF again
-        m.setattr(convert, "GGUFCheckpoint", None)
-        assert convert.ensure_converted(gguf, torch.bfloat16, cache) == out
-    assert convert.converted_dir(gguf, torch.float32, cache) != out
-    os.utime(gguf, ns=(0, 10**9))
-    assert convert.converted_dir(gguf, torch.bfloat16, cache) != out
-    ckpt = open_checkpoint(gguf, torch.bfloat16, cache)
-    assert ckpt.args == open_hf_dir(tiny_llama_dir).args
-    assert next(ckpt.tensors(torch.bfloat16))[1].dtype == torch.bfloat16
 
 
 def test_tokenizer_cache_hit_and_invalidation(tiny_qwen_dir: Path, tmp_path: Path, monkeypatch) -> None:

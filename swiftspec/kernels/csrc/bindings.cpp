@@ -66,5 +66,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("kquant_repack", &swiftspec::kquant_repack, "GGUF K-quant blocks -> the packed K-quant streams",
         pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("kquant_linear", &swiftspec::kquant_linear, "K-quant linear (GGUF Q4_K / Q5_K / Q6_K blocks)");
+  m.def("qblock_dequantize", &swiftspec::qblock_dequantize, "GGUF Q8_0 / Q5_0 / Q4_0 blocks -> the dense weight",
+        pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("qblock_linear", &swiftspec::qblock_linear, "GGUF block linear (Q8_0 / Q5_0 / Q4_0 blocks)");
 }

@@ -53,6 +53,9 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
 // the packed streams of a `bits`-bit weight {q, qh, sc, mm, d, dm} (kquant.h): kquant_repack.cpp.
 std::vector<at::Tensor> kquant_repack(const std::vector<at::Tensor>& raws, const std::vector<int64_t>& part_bits,
                                       int64_t K, int64_t bits);
+// GGUF Q8_0 / Q5_0 / Q4_0 rows (uint8 [rows, K / 32 * block bytes]) -> the [rows, K] weight in dtype:
+// qblock_dequant.cpp.
+at::Tensor qblock_dequantize(const at::Tensor& raw, int64_t bits, at::ScalarType dtype);
 at::Tensor int4_fit(const at::Tensor& groups);  // [G, n] fp32 -> [G, 2] (d, mn): int4_fit.cpp's search
 // w [N, K] fp32/bf16 -> the packed int4 weight {q, d, mn} (quant.py's layout): int4_quantize.cpp.
 std::vector<at::Tensor> int4_quantize(const at::Tensor& w, int64_t group);
