@@ -65,14 +65,15 @@ def process_logits(logits: Tensor, params: SamplingParams) -> Tensor:
     return probs / probs.sum(-1, keepdim=True)
 
 
-TOP_P_CANDIDATES = 1024  # CPU top-p first looks for the nucleus among this many most likely tokens
+TOP_P_FLOOR = 2.0**-14  # CPU top-p first looks for the nucleus among the tokens at least this likely
+TOP_P_MARGIN = 2.0**-20  # their mass must pass top_p by this much (rounding of the sort's cumsum past them)
 
 
 def _top_p(probs: Tensor, top_p: float) -> Tensor:
     """Keep the smallest most-likely set whose mass reaches top_p (the top token always stays; ties
-    in index order).  On CPU the nucleus is found among the TOP_P_CANDIDATES most likely tokens where
-    they hold it (a sort of a 150k vocabulary costs ~25 ms a row), else by sorting all."""
-    if probs.device.type == "cpu" and probs.shape[-1] > TOP_P_CANDIDATES:
+    in index order).  On CPU the nucleus is found among the tokens of probability >= TOP_P_FLOOR
+    where they hold it (a sort of a 150k vocabulary costs ~25 ms a row), else by sorting all."""
+    if probs.device.type == "cpu" and probs.dim() == 2:
         kept = _top_p_candidates(probs, top_p)
         if kept is not None:
             return kept
@@ -83,20 +84,27 @@ def _top_p(probs: Tensor, top_p: float) -> Tensor:
 
 
 def _top_p_candidates(probs: Tensor, top_p: float) -> Tensor | None:
-    """_top_p of probs [..., V] from its TOP_P_CANDIDATES most likely tokens, the same result as a
-    stable sort; None where they may not decide it (they hold less than top_p, or the tokens tied
-    with the last one kept may run past them)."""
-    values, ids = probs.topk(TOP_P_CANDIDATES, dim=-1)  # [..., C], descending
-    keep = ((values.cumsum(-1) - values) < top_p).sum(-1, keepdim=True)  # [..., 1]: n >= 1 tokens
-    last = values.gather(-1, keep - 1)  # [..., 1]: the n-th largest probability
-    if not bool((values.sum(-1) >= top_p).all()) or bool((values[..., -1:] == last).any()):
+    """_top_p of probs [N, V] from its tokens of probability >= TOP_P_FLOOR (at most 2^14 a row),
+    the same result as a stable sort of the whole row: they are its sorted order's first tokens, so
+    their stable sort and cumsum are the sort's own.  None where they may not decide it (they hold
+    less than top_p + TOP_P_MARGIN)."""
+    rows, where = (probs >= TOP_P_FLOOR).nonzero(as_tuple=True)  # [M] each, row-major: ids ascending
+    counts = torch.bincount(rows, minlength=probs.shape[0])  # [N]
+    if int(counts.min()) == 0:
         return None
-    ids, order = ids.sort(-1)  # [..., C]: the candidates in index order
-    values = values.gather(-1, order)
-    above, tied = values > last, values == last
-    room = keep - above.sum(-1, keepdim=True)  # [..., 1]: tied tokens that fit, lowest ids first
-    kept = above | (tied & (tied.cumsum(-1) <= room))
-    return torch.zeros_like(probs).scatter_(-1, ids, values * kept)
+    starts = counts.cumsum(0) - counts  # [N]
+    slot = torch.arange(len(rows)) - starts[rows]  # [M]: place in its row
+    width = int(counts.max())
+    values = torch.zeros(probs.shape[0], width, dtype=probs.dtype)  # [N, C]: zero-padded candidates, id order
+    values[rows, slot] = probs[rows, where]
+    ordered, order = values.sort(dim=-1, descending=True, stable=True)  # [N, C]
+    mass = ordered.cumsum(-1)
+    if not bool((mass[:, -1] >= top_p + TOP_P_MARGIN).all()):
+        return None
+    drop = torch.zeros_like(values, dtype=torch.bool).scatter(-1, order, mass - ordered >= top_p)  # [N, C]
+    kept = torch.zeros_like(probs)
+    kept[rows, where] = values.masked_fill(drop, 0.0)[rows, slot]
+    return kept
 
 
 def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:

@@ -161,13 +161,13 @@ def test_sampling_params_validation(bad):
         SamplingParams(**bad)
 
 
-@pytest.mark.parametrize("vocab", [1025, 4000])
+@pytest.mark.parametrize("vocab", [1025, 4000, 40000])
 def test_top_p_from_candidates_equals_a_stable_sort(vocab) -> None:
-    """Past TOP_P_CANDIDATES tokens the CPU finds the nucleus among the most likely ones: the same
-    kept set as a stable sort, ties at the cut included, whether or not the candidates decide it."""
-    from swiftspec.sampling import TOP_P_CANDIDATES, _top_p
+    """The CPU finds the nucleus among the tokens of probability >= TOP_P_FLOOR: the same kept set
+    as a stable sort, ties at the cut included, whether or not the candidates decide it."""
+    from swiftspec.sampling import _top_p, _top_p_candidates
 
-    assert vocab > TOP_P_CANDIDATES
+    decided = 0
     gen = torch.Generator().manual_seed(vocab)
     for trial in range(40):
         ranks = torch.randperm(vocab, generator=gen).float() + 1
@@ -175,13 +175,15 @@ def test_top_p_from_candidates_equals_a_stable_sort(vocab) -> None:
         if trial % 4 == 0:
             logits = (logits * 2).round() / 2  # ties
         if trial % 5 == 0:
-            logits[:, : TOP_P_CANDIDATES // 2] = 6.0  # a tie group at the top, as large as the candidates
+            logits[:, : vocab // 2] = 6.0  # a tie group at the top: half the vocabulary (below the floor at 40000)
         probs = logits.softmax(-1)
         for top_p in (0.1, 0.5, 0.9, 0.99):
             sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
             drop = torch.zeros_like(probs, dtype=torch.bool).scatter(
                 -1, order, sorted_probs.cumsum(-1) - sorted_probs >= top_p)
             assert torch.equal(_top_p(probs, top_p), probs.masked_fill(drop, 0.0)), (trial, top_p)
+            decided += _top_p_candidates(probs, top_p) is not None
+    assert 0 < decided < 160  # the candidates decide most cases, the sort the others
 
 
 def test_draft_nucleus_is_process_logits_where_the_nucleus_lies_among_the_candidates():
