@@ -122,6 +122,12 @@ def load() -> ModuleType | None:
     return _state["ext"]
 
 
+def loaded() -> ModuleType | None:
+    """The extension if this process has loaded it already, else None: never builds it (a load
+    for another device need not compile CPU kernels)."""
+    return _state.get("ext")  # type: ignore[return-value]
+
+
 def take_thread_count() -> None:
     """Make this thread's first parallel call of the kernels now (parallel/cores.take_thread_count)."""
     ext = load()

@@ -67,9 +67,10 @@ def decode(raw: np.ndarray, qtype: str, rows: int) -> tuple[np.ndarray, np.ndarr
 
 def dequantize_blocks(raw: np.ndarray, qtype: str, dtype: torch.dtype) -> torch.Tensor:
     """raw: rows of blocks [rows, K/32 * block bytes] -> the [rows, K] weight in dtype: gguf-py's
-    fp32 values bit for bit, rounded once to dtype.  In C++ where the kernels load (csrc/qblock_dequant.cpp,
-    rows in parallel: ~10x faster), else in numpy, CHUNK_ROWS rows at a time (the same values)."""
-    ext = cpu_ext.load()
+    fp32 values bit for bit, rounded once to dtype.  In C++ where this process has loaded the
+    kernels (csrc/qblock_dequant.cpp, rows in parallel: ~3x faster), else in numpy, CHUNK_ROWS rows
+    at a time (the same values)."""
+    ext = cpu_ext.loaded()
     if ext is not None and dtype in (torch.float32, torch.bfloat16, torch.float16):
         # the file's bytes are copied once: a read-only memory map makes no tensor
         return ext.qblock_dequantize(torch.from_numpy(np.array(raw, dtype=np.uint8)), BITS[qtype], dtype)

@@ -19,6 +19,7 @@ import torch
 
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
+from swiftspec.kernels import cpu_ext
 from swiftspec.model.args import ModelArgs
 from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
@@ -58,6 +59,8 @@ def _load_gguf(path: Path, load: LoadConfig, parallel: ParallelState, cache: Pat
 
     dtype = DTYPES[load.dtype]
     gg = GGUFCheckpoint(path)  # validated before anything is cached
+    if load.device.startswith("cpu"):
+        cpu_ext.load()  # the CPU kernels will run this model: built now (once, cached), they also decode its blocks
     tokenizer = load_tokenizer(path, cache)
     model = Transformer(gg.args, parallel=parallel, dtype=dtype, device=load.device)
     native = plan(gg, parallel.tp_size) if load.weights == "gguf" else None

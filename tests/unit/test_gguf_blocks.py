@@ -74,6 +74,7 @@ def test_edge_values_and_dequantize_blocks(qtype, monkeypatch):
     part = RawPart(random_blocks(qtype, 37, 256, seed=1, edges=True), qtype)
     want = file_weights([part], 256)
     assert torch.equal(dequantize(qblock.from_gguf([part], 256)), want)
+    cpu_ext.load()  # dequantize_blocks runs the C++ decode once the kernels are loaded
     for dequantize_blocks in (qblock.dequantize_blocks, qblock.dequantize_blocks_np):  # C++, numpy
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             assert torch.equal(dequantize_blocks(part.raw, qtype, dtype), want.to(dtype)), (dequantize_blocks, dtype)
