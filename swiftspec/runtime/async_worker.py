@@ -230,10 +230,13 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
 
 def _make_drafter(config: EngineConfig, groups: Groups):
     """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
-    from swiftspec.spec import LookupDrafter, build_drafter
+    from swiftspec.spec import LookupDrafter, build_drafter, load_drafter
 
     if config.draft == NO_DRAFT:
         return LookupDrafter(config.tree)
+    if not config.draft_load.device.startswith("cuda"):  # a packed CPU draft comes from its cache entry
+        return load_drafter(config.draft, config.draft_load, config.tree, config.target_load.max_seq_len,
+                            config.draft_vocab, groups.parallel).drafter
     draft = load_for_rank(config.draft, config.draft_load, groups)
     return build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
                          config.draft_load.weights)

@@ -40,8 +40,6 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None,
 
 
 def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupProfile | None) -> Engine:
-    from swiftspec.weights.loader import load_model
-
     _check_placement(config)
     if target is not None and config.target_tp > 1:
         raise ConfigError("a target loaded by the caller is not sharded: it cannot serve --target-tp > 1")
@@ -60,16 +58,15 @@ def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupPro
 
         return AutoregressiveEngine(target, max_seq_len)
     from swiftspec.runtime.serial import SerialEngine
-    from swiftspec.spec import LookupDrafter, build_drafter
+    from swiftspec.spec import LookupDrafter, load_drafter
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree
         return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len, startup)
-    draft = load_model(config.draft, config.draft_load)
-    check_pair(target.tokenizer, draft.tokenizer, target.args.vocab_size, draft.args.vocab_size)
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
-    drafter = build_drafter(draft, tree, max_seq_len, config.draft_vocab, config.draft_load.weights)
-    return SerialEngine(target, drafter, tree, max_seq_len, startup)
+    draft = load_drafter(config.draft, config.draft_load, tree, max_seq_len, config.draft_vocab)
+    check_pair(target.tokenizer, draft.loaded.tokenizer, target.args.vocab_size, draft.loaded.args.vocab_size)
+    return SerialEngine(target, draft.drafter, tree, max_seq_len, startup)
 
 
 def _check_placement(config: EngineConfig) -> None:

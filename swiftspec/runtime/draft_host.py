@@ -65,8 +65,8 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     until it leaves, and link again (once: return after the first link ends).  config: settled by
     runtime.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
-    from swiftspec.spec import build_drafter
-    from swiftspec.weights.loader import load_model, model_args
+    from swiftspec.spec import load_drafter
+    from swiftspec.weights.loader import model_args
     from swiftspec.weights.source import resolve_source
 
     remote = config.remote
@@ -77,10 +77,10 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
         length = model_args(resolve_source(config.draft)).max_position_embeddings
         config = dataclasses.replace(config, draft_load=dataclasses.replace(config.draft_load, max_seq_len=length))
     secret = read_secret(remote.secret_file)
-    draft = load_model(config.draft, config.draft_load)
-    drafter = build_drafter(draft, config.tree, config.draft_load.max_seq_len, config.draft_vocab,
-                            config.draft_load.weights)
-    mine = hello("draft", draft.tokenizer, config)
+    draft = load_drafter(config.draft, config.draft_load, config.tree, config.draft_load.max_seq_len,
+                         config.draft_vocab)
+    drafter = draft.drafter
+    mine = hello("draft", draft.loaded.tokenizer, config)
     settings = DraftSettings(verify_size=config.tree.verify_size)
     waiting_said = False
     while True:
