@@ -6,7 +6,8 @@ An entry (`<cache>/drafts/<name>.safetensors`) holds the model's dense parameter
 biases), each packed linear's tensors and the pruned head with its token ids.  Its name hashes the
 GGUF's size and mtime, the format, dtype and pruned-vocabulary size, and the bytes of the kernels
 (whose packing it stores) and of the vocabulary tables, so any change to those makes a new entry.
-Entries appear by an atomic rename; an unreadable one is warned about and packed again.
+Entries appear by an atomic rename, and a new one removes the older entries of its draft and
+format (their keys are stale); an unreadable one is warned about and packed again.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def load_drafter(source: str, load: LoadConfig, cfg: TreeConfig, max_seq_len: in
     drafter = build_drafter(loaded, cfg, max_seq_len, draft_vocab, load.weights)
     if entry is not None:
         _write(entry, loaded.model, drafter.pruned)
+        for stale in entry.parent.glob(f"{_prefix(path, load)}*.safetensors"):
+            if stale != entry:
+                stale.unlink(missing_ok=True)
     return Draft(drafter, loaded)
 
 
@@ -82,7 +86,12 @@ def _entry(path: Path, load: LoadConfig, draft_vocab: int) -> Path:
     sources = [*_KERNELS.glob("*.py"), *(_KERNELS / "csrc").iterdir(), *TABLE_DIR.glob("*.json")]
     for file in sorted(sources):
         digest.update(file.name.encode() + b"\0" + file.read_bytes())
-    return cache_dir() / "drafts" / f"{path.stem}-{load.weights}-{digest.hexdigest()[:16]}.safetensors"
+    return cache_dir() / "drafts" / f"{_prefix(path, load)}{digest.hexdigest()[:16]}.safetensors"
+
+
+def _prefix(path: Path, load: LoadConfig) -> str:
+    """The start of the names of a draft's entries in one format."""
+    return f"{path.stem}-{load.weights}-"
 
 
 def _write(entry: Path, model: Transformer, pruned: tuple[torch.Tensor | None, object]) -> None:

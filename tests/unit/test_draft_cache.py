@@ -72,6 +72,17 @@ def test_a_damaged_entry_is_packed_again(draft_gguf: Path, tmp_cache: Path, capl
     assert entry.stat().st_size > 1000  # written again
 
 
+def test_a_new_entry_replaces_the_stale_ones(draft_gguf: Path, tmp_cache: Path, monkeypatch) -> None:
+    load = LoadConfig(weights="int4")
+    load_drafter(str(draft_gguf), load, TreeConfig(), 64, 0)
+    monkeypatch.setattr(draft_cache, "CACHE_VERSION", draft_cache.CACHE_VERSION + 1)  # as a kernel change would
+    load_drafter(str(draft_gguf), load, TreeConfig(), 64, 0)
+    load_drafter(str(draft_gguf), LoadConfig(weights="int8"), TreeConfig(), 64, 0)
+    names = sorted(p.name for p in (tmp_cache / "drafts").iterdir())
+    assert len(names) == 2 and "-int4-" in names[0] and "-int8-" in names[1]
+    assert draft_cache._entry(draft_gguf, load, 0).name in names
+
+
 def test_only_packed_cpu_gguf_drafts_are_cached(draft_gguf: Path, tiny_qwen_dir: Path, tmp_cache: Path) -> None:
     load_drafter(str(draft_gguf), LoadConfig(weights="bf16"), TreeConfig(), 64, 0)
     load_drafter(str(tiny_qwen_dir), LoadConfig(weights="int8"), TreeConfig(), 64, 0)  # an HF directory
