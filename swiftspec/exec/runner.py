@@ -28,13 +28,20 @@ class ModelRunner:
         self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
         self.head = head  # [V', H] (or packed) rows of a pruned LM head; None = the model's own
+        # a pruned head's extension: packed rows [R, H] (or None) and the columns [E] of its logits
+        # that score E more tokens after the pruned head's (kernels.select_tiles)
+        self.extra: tuple[kernels.PackedWeight, torch.Tensor] | None = None
         self.graphs = None  # CUDA: a runtime.cuda_graph.GraphRunner replaying captured shapes
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [T, H] -> float32 logits [T, V] (or [T, V'] over a pruned head's rows)."""
+        """hidden [T, H] -> float32 logits [T, V] (or [T, V' + E] over a pruned head's rows and the extra rows)."""
         if self.head is None:
             return self.model.logits(hidden)
-        return kernels.linear(hidden, self.head).float()
+        logits = kernels.linear(hidden, self.head).float()  # [T, V']
+        if self.extra is None:
+            return logits
+        rows, cols = self.extra
+        return torch.cat([logits, kernels.linear(hidden, rows)[:, cols].float()], dim=-1)  # [T, V' + E]
 
     @torch.inference_mode()
     def forward(

@@ -14,7 +14,7 @@ from swiftspec.kernels.convert import (
 )
 from swiftspec.kernels.decoder import MAX_DECODER_ROWS, CpuDecoder, LayerWeights, cpu_decoder
 from swiftspec.kernels.dispatch import attention, linear, rms_norm, swiglu, swiglu_act, tree_attention, use_triton
-from swiftspec.kernels.packed import PackedWeight
+from swiftspec.kernels.packed import PackedWeight, select_tiles
 from swiftspec.kernels.quant import quantize_int4, quantize_int8
 from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quant_linear_ref
 from swiftspec.kernels.rowwise import rms_norm_ref
@@ -26,7 +26,7 @@ __all__ = [
     "dequantize", "linear", "prepare_model_", "prepare_weight",
     "quant_linear_a8_ref", "quant_linear_ref",
     "quantize_int4", "quantize_int8", "quantize_linear_", "quantize_model_", "quantize_weight",
-    "rms_norm", "rms_norm_ref",
+    "rms_norm", "rms_norm_ref", "select_tiles",
     "grouped_attention", "swiglu", "swiglu_act", "swiglu_act_ref", "swiglu_ref", "tree_attention",
     "tree_attention_ref", "use_triton",
 ]

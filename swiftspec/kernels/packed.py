@@ -56,6 +56,23 @@ class PackedWeight:
         return cls._linear(params["input"], params["weight"], params.get("bias"))
 
 
+def select_tiles(w: PackedWeight, tiles: torch.Tensor) -> PackedWeight | None:
+    """Tiles [n] of an int8, int4 or bf16 packed weight as one of n * TILE_N channels (row j of
+    tile i is channel i * TILE_N + j; a bf16 tile past the last row repeats it), or None for the
+    formats without this tiling (GGUF blocks).  Each channel's output equals the whole weight's."""
+    n, k = w.shape
+    if w.fmt == "bf16":
+        rows = (tiles[:, None] * TILE_N + torch.arange(TILE_N, device=tiles.device)).flatten().clamp_max(n - 1)
+        return PackedWeight("bf16", (rows.numel(), k), 0, w.qweight[rows].contiguous(), w.scale)
+    if w.fmt == "int4":
+        return PackedWeight("int4", (tiles.numel() * TILE_N, k), w.group_size, w.qweight[tiles].contiguous(),
+                            w.scale[tiles].contiguous(), w.mins[tiles].contiguous())
+    if w.fmt == "int8":
+        scale = w.scale.view(-1, TILE_N)[tiles].flatten()
+        return PackedWeight("int8", (tiles.numel() * TILE_N, k), w.group_size, w.qweight[tiles].contiguous(), scale)
+    return None
+
+
 def num_tiles(n: int) -> int:
     """Tiles of TILE_N channels that hold n output channels (the last one zero-padded)."""
     return -(-n // TILE_N)

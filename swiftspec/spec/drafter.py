@@ -7,9 +7,12 @@ prefix and compacts the surviving subtree; only a verified token that was never 
 one per round, the *pending* token, or a run of grafted lookup nodes) is recomputed, folded into
 the next forward.  With prompt lookup on, the continuations of the verified text are grafted at
 each new root (spec/lookup.py); the draft expands them like its own nodes once they rank high.
-A pruned head serves a request only while its text stays inside the pruned vocabulary (the
-prompt, then every verified token); past that the request drafts with the full head, so a
-workload the table does not cover (chat, other languages) loses no acceptance.
+A pruned head serves a request only while its text (the prompt, then every verified token) stays
+inside the pruned vocabulary but for a TEXT_SLACK share; past that the request drafts with the
+full head, so a workload the table does not cover (chat, other languages) loses no acceptance.
+The few tokens of the text outside the table join the pruned head for that request (the full
+head's tiles that hold them), so code that names a rare identifier keeps the smaller head and
+can propose it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from swiftspec import kernels
 from swiftspec.config import SINK_TOKENS, TreeConfig
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner, causal_mask
+from swiftspec.kernels.packed import TILE_N
 from swiftspec.sampling import Draws, SamplingParams, draft_nucleus, sample_at
 from swiftspec.spec.lookup import PromptLookup
-from swiftspec.spec.vocab import PROMPT_SLACK, pruned_vocab
+from swiftspec.spec.vocab import MAX_EXTRA_ROWS, TEXT_SLACK, pruned_vocab
 from swiftspec.tree import (
     Subtree,
     TokenTree,
@@ -67,13 +71,16 @@ class TreeDrafter:
         self.root_position = 0  # the root's place in the text (prompt tokens before it)
         self.uniforms: torch.Tensor | None = None  # sampled requests: the draws of the positions after the root
         self.lookup = PromptLookup(cfg) if cfg.lookup else None
+        self.text = _Text(self.inside)  # the request's tokens, and those outside the pruned vocabulary
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
         """Begin a request: prefill the prompt's draft context (context_window) and plant a tree at
         the first generated token; prompt lookup reads the whole prompt."""
         self.runner.kv.reset()
         if self.switchable:
-            self._use_pruned(_covers(self.inside, prompt + [root], PROMPT_SLACK))
+            self.text = _Text(self.inside)
+            self.text.add(prompt + [root])
+            self._use_pruned(self.text.covered)
         self.runner.extend(context_window(prompt, self.cfg.draft_context))
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
@@ -93,8 +100,18 @@ class TreeDrafter:
             self.uniforms = Draws.for_request(self.params).uniforms(position + 1, self.cfg.budget, self.runner.device)
 
     def _use_pruned(self, pruned: bool) -> None:
-        """Draft with the pruned head (its rows and their token ids) or the model's full head."""
+        """Draft with the pruned head (its rows and their token ids, then the request's own tokens
+        outside them where the full head's rows are at hand) or the model's full head."""
         self.vocab_map, self.runner.head = self.pruned if pruned else (None, None)
+        self.runner.extra = None
+        if pruned and self.text.extra:
+            ids = torch.tensor(self.text.extra, dtype=torch.long, device=self.runner.device)  # [E]
+            tiles, place = torch.unique(ids // TILE_N, return_inverse=True)  # [n], [E]
+            head = self.runner.model.lm_head.weight
+            rows = kernels.select_tiles(head, tiles) if isinstance(head, kernels.PackedWeight) else None  # [n * 16, H]
+            if rows is not None:
+                self.vocab_map = torch.cat([self.vocab_map, ids])
+                self.runner.extra = (rows, place * TILE_N + ids % TILE_N)
 
     @property
     def size(self) -> int:
@@ -177,8 +194,8 @@ class TreeDrafter:
 
     def advance(self, emitted: list[int]) -> None:
         """Re-root at the last emitted token: commit the accepted path, compact the survivors."""
-        if self.switchable and self.vocab_map is not None and not _covers(self.inside, emitted, 0.0):
-            self._use_pruned(False)  # the text left the pruned vocabulary: full head from here on
+        if self.switchable and self.vocab_map is not None and self.text.add(emitted):
+            self._use_pruned(self.text.covered)  # the text left the pruned vocabulary: full head from here on
         step = reroot(self.tree, emitted)
         self.pending += self.runner.kv.reroot(self.tree, step, emitted)
         self.tree = step.tree if step.tree is not None else new_tree(emitted[-1], self.runner.device)
@@ -198,9 +215,29 @@ def context_window(prompt: list[int], size: int) -> list[int]:
     return prompt[:SINK_TOKENS] + prompt[len(prompt) - (size - SINK_TOKENS):]
 
 
-def _covers(inside: frozenset[int], tokens: list[int], slack: float) -> bool:
-    """At most a `slack` share of tokens lies outside the pruned vocabulary."""
-    return sum(t not in inside for t in tokens) <= slack * len(tokens)
+class _Text:
+    """A request's text as the pruned head sees it: how many tokens it holds, how many of them lie
+    outside the pruned vocabulary, and those tokens' distinct ids in order of appearance."""
+
+    def __init__(self, inside: frozenset[int] | None) -> None:
+        self.inside = inside or frozenset()
+        self.tokens = 0
+        self.outside = 0
+        self.extra: list[int] = []
+
+    def add(self, tokens: list[int]) -> bool:
+        """Count tokens; True if one of them is outside the pruned vocabulary and new to the text."""
+        out = [t for t in tokens if t not in self.inside]
+        self.tokens += len(tokens)
+        self.outside += len(out)
+        new = [t for t in dict.fromkeys(out) if t not in self.extra]
+        self.extra += new
+        return bool(new)
+
+    @property
+    def covered(self) -> bool:
+        """At most a TEXT_SLACK share of the text, and MAX_EXTRA_ROWS distinct ids, lie outside."""
+        return self.outside <= TEXT_SLACK * self.tokens and len(self.extra) <= MAX_EXTRA_ROWS
 
 
 class _Pending:

@@ -2,9 +2,9 @@
 
 Tables live in swiftspec/data/<family>-<corpus>.json (made by tools/make_vocab_table.py) and carry
 a fingerprint of the tokenizer they were built with; a draft whose tokenizer matches none keeps its
-full head.  The pruned head serves a request only while its text stays inside the table (the
-drafter switches to the full head otherwise), so the head fits the request: code keeps the
-smaller head, chat and other languages draft with the full one.  Verification stays lossless: the
+full head.  The pruned head serves a request only while its text stays inside the table (at most
+TEXT_SLACK of its tokens outside; the drafter switches to the full head otherwise), so the head
+fits the request: code keeps the smaller head, chat and other languages draft with the full one.  Verification stays lossless: the
 draft's q is renormalized over the subset (zero outside it), and the target decides every token.
 """
 
@@ -20,7 +20,11 @@ import torch
 TABLE_DIR = Path(__file__).resolve().parent.parent / "data"
 _PROBE = "def main(argv):\n    return sorted(set(argv), key=len)  # ünïcode\n"
 log = logging.getLogger("swiftspec")
-PROMPT_SLACK = 0.02  # a prompt may have this share of tokens outside the table and keep the pruned head
+# A request's text (its prompt, then every verified token) may have this share of tokens outside the
+# table and keep the pruned head, which then also scores those tokens (the drafter's extension); the
+# full head costs every expansion ~2.5 ms more (docs/bench/chat-drafting.md).
+TEXT_SLACK = 0.05
+MAX_EXTRA_ROWS = 256  # most ids outside the table one request adds to its pruned head
 
 
 def fingerprint(tokenizer) -> str:  # tokenizer: swiftspec.tokenizer.Tokenizer
