@@ -131,6 +131,9 @@ class EngineConfig:
     auto: AutoConfig = AutoConfig()  # used when mode is AUTO
     worker_timeout: float = 0.0  # async: seconds a decode round may take before the workers count as hung (0 = auto)
     remote: RemoteConfig | None = None  # async with the draft group on another host (runtime/remote.py)
+    # MiB of earlier texts' target KV kept for later prompts beside the live cache (-1: sized from
+    # the free memory; 0: only the last text's KV is kept)
+    prompt_cache_mb: int = -1
 
     def __post_init__(self) -> None:
         if self.remote is not None and (self.mode != "async" or self.target_tp != 1 or self.draft_tp != 1):
@@ -139,6 +142,8 @@ class EngineConfig:
             raise ConfigError(f"unknown mode {self.mode!r} (choose from {', '.join(MODES + (AUTO,))})")
         if self.target_tp < 1 or self.draft_tp < 1:
             raise ConfigError("tensor-parallel sizes must be >= 1")
+        if self.prompt_cache_mb < -1:
+            raise ConfigError(f"--prompt-cache-mb must be >= 0 (or -1: sized from the free memory), got {self.prompt_cache_mb}")
         if not self.worker_timeout >= 0:
             raise ConfigError(f"worker timeout must be >= 0 seconds, got {self.worker_timeout}")
         if self.draft == NO_DRAFT and self.mode != "ar" and not self.tree.lookup:

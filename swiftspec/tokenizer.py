@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,12 +111,21 @@ class Tokenizer:
             raise UserError("this model's tokenizer has no chat template; send a plain completion prompt")
         from jinja2 import TemplateError
 
+        spells_control = any(added in m["content"] for m in messages for added in self._added)
+        # the contents go in as placeholders when one of them spells a control token ("<|im_end|>")
+        shown = [{**m, "content": _PLACEHOLDER.format(i)} for i, m in enumerate(messages)] if spells_control else messages
         try:
-            text = self._hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = self._hf.apply_chat_template(shown, tokenize=False, add_generation_prompt=True)
         except TemplateError as e:
             raise UserError(f"chat template rejected the messages: {_first_line(e)}") from None
         # The template writes BOS itself where the model wants one.
-        return self._hf.encode(text, add_special_tokens=False)
+        if not spells_control:
+            return self._hf.encode(text, add_special_tokens=False)
+        ids: list[int] = []  # only the template's own markers are control tokens: each content stays text
+        for i, piece in enumerate(_PLACEHOLDERS.split(text)):
+            ids += self.encode_text(messages[int(piece)]["content"]) if i % 2 else self._hf.encode(
+                piece, add_special_tokens=False)
+        return ids
 
 
 class IncrementalDecoder:
@@ -174,6 +184,10 @@ def vocab_mismatch(target: list[str | None], draft: list[str | None], target_row
         return (f"the draft's LM head has {draft_rows} rows, the target's {target_rows}: "
                 "the draft could propose ids the target cannot score")
     return None
+
+
+_PLACEHOLDER = "\ue000{}\ue001"  # private-use characters around a message's index: no text spells them
+_PLACEHOLDERS = re.compile("\ue000([0-9]+)\ue001")
 
 
 def _check_messages(messages: Any) -> None:

@@ -5,6 +5,9 @@ Layout of one KVCache (slots along the sequence axis):
     [0, prefix_len)                       KV of verified tokens, in order
     [prefix_len, prefix_len + tree_len)   KV of live tree nodes (any order; node_slot says where)
 
+`text` names the token of every prefix slot, so that the next request can keep the KV of the prefix it
+shares with this one (ModelRunner.prefill): prefix slot i holds the KV of text[i], at position i.
+
 Commit moves the KV of newly verified nodes into the next prefix slots; compaction moves the
 surviving subtree's KV up to sit right after the new prefix. Nothing still valid is recomputed.
 """
@@ -25,6 +28,7 @@ class TreeKV:
         self.max_nodes = max_nodes
         self.prefix_len = 0
         self.tree_len = 0
+        self.text: list[int] = []  # the token of each prefix slot: len(text) == prefix_len
         # node_slot[i]: absolute slot of tree node i's KV, -1 when the node has none yet.
         self.node_slot = torch.full((max_nodes,), -1, dtype=torch.long, device=cache.k.device)  # [max_nodes]
 
@@ -34,17 +38,28 @@ class TreeKV:
         return self.prefix_len + self.tree_len
 
     def reset(self, prefix_len: int = 0) -> None:
-        """Forget the tree (and keep prefix_len verified tokens)."""
+        """Forget the tree (and keep the first prefix_len verified tokens)."""
+        if prefix_len > self.prefix_len:
+            raise RuntimeError(f"cannot keep {prefix_len} prefix tokens of {self.prefix_len}")
         self.prefix_len = prefix_len
+        del self.text[prefix_len:]
         self.tree_len = 0
         self.node_slot.fill_(-1)
 
-    def append_prefix(self, n: int) -> torch.Tensor:
-        """Slots for n verified tokens appended to the prefix; the tree region must be empty."""
+    def adopt(self, text: list[int]) -> None:
+        """The prefix slots [0, len(text)) now hold the KV of text (copied in by the caller); no tree."""
+        self.reset(0)
+        self.prefix_len = len(text)
+        self.text = list(text)
+
+    def append_prefix(self, tokens: list[int]) -> torch.Tensor:
+        """Slots for verified tokens appended to the prefix; the tree region must be empty."""
         if self.tree_len:
             raise RuntimeError("append_prefix needs an empty tree region")
+        n = len(tokens)
         slots = torch.arange(self.prefix_len, self.prefix_len + n, device=self.node_slot.device)  # [n]
         self.prefix_len += n
+        self.text += tokens
         return slots
 
     def alloc(self, nodes: torch.Tensor) -> torch.Tensor:
@@ -57,10 +72,12 @@ class TreeKV:
         self.tree_len += n
         return slots
 
-    def commit(self, path: torch.Tensor, survivors_old: torch.Tensor, survivors_new: torch.Tensor) -> None:
+    def commit(self, path: torch.Tensor, tokens: list[int], survivors_old: torch.Tensor,
+               survivors_new: torch.Tensor) -> None:
         """Make path nodes [m] verified prefix (in order) and keep survivors [e] as the new tree.
 
-        path: old node indices whose KV becomes the next m prefix slots (all must have KV).
+        path: old node indices whose KV becomes the next m prefix slots (all must have KV);
+        tokens: their m tokens.
         survivors_old / survivors_new: old and new node indices of surviving nodes that have KV.
         Everything else in the tree region is dropped.
         """
@@ -71,6 +88,7 @@ class TreeKV:
         self.node_slot.fill_(-1)
         self.node_slot[survivors_new] = dst[m:]
         self.prefix_len += m
+        self.text += tokens
         self.tree_len = e
 
     def reroot(self, tree: TokenTree, step: Reroot, emitted: list[int]) -> list[int]:
@@ -89,5 +107,6 @@ class TreeKV:
             survivors_old = path[:0]
         else:
             survivors_old = torch.nonzero((step.index_map >= 0) & tree.expanded).flatten()
-        self.commit(path[has_kv], survivors_old, step.index_map[survivors_old])
+        kept = path[has_kv]
+        self.commit(kept, tree.tokens[kept].tolist(), survivors_old, step.index_map[survivors_old])
         return missing

@@ -10,6 +10,7 @@ import os
 import torch
 
 from swiftspec import kernels
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import NO_DRAFT, ConfigError, EngineConfig, LoadConfig
 from swiftspec.model.args import ModelArgs
 from swiftspec.parallel.state import ParallelState
@@ -23,6 +24,8 @@ log = logging.getLogger("swiftspec")
 _PROBE = "def check(pair):\n    return 'ok'  # ünï\n"  # also catches a BOS one tokenizer adds and the other not
 KV_MEMORY_SHARE = 0.25  # the default context's KV caches take at most this share of the free memory
 CONTEXT_STEP = 256  # a context capped by memory is a multiple of this
+PROMPT_CACHE_SHARE = 0.125  # the default prompt cache (earlier texts' KV) takes this share of the free memory
+PROMPT_CACHE_MAX_MB = 4096  # ... and at most this much
 
 
 def load_target(source: str, load: LoadConfig, parallel: ParallelState | None = None) -> LoadedModel:
@@ -59,6 +62,17 @@ def with_context(config: EngineConfig, length: int) -> EngineConfig:
 def _kv_bytes(args: ModelArgs, dtype: str) -> int:
     """Bytes of K and V per cached token."""
     return 2 * args.num_layers * args.num_kv_heads * args.head_dim * DTYPES[dtype].itemsize
+
+
+def prompt_store(config: EngineConfig) -> PromptStore | None:
+    """The target's store of earlier texts' KV, as large as config.prompt_cache_mb says (-1: a
+    PROMPT_CACHE_SHARE of the free memory, at most PROMPT_CACHE_MAX_MB; 0: none, so that only the
+    last text's KV, in the live cache, is kept).  None too for a tensor-parallel target (its ranks
+    would have to evict alike)."""
+    mb = config.prompt_cache_mb
+    if mb < 0:
+        mb = min(PROMPT_CACHE_MAX_MB, int(PROMPT_CACHE_SHARE * free_memory(config.target_load.device)) >> 20)
+    return PromptStore(mb << 20) if mb > 0 and config.target_tp == 1 else None
 
 
 def free_memory(device: str) -> int:

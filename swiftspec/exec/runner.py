@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
 import torch
 
 from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
+from swiftspec.cache.prompt_store import PromptStore, common_prefix
 from swiftspec.cache.tree_kv import TreeKV
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill forward
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """A prompt's prefill: the logits after its last token, and how many of its tokens' KV was kept."""
+
+    logits: torch.Tensor  # [1, V]
+    cached: int  # leading prompt tokens whose KV came from the live cache or the store
 
 
 def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
@@ -22,8 +35,10 @@ class ModelRunner:
     """Owns a model and its KV cache; every attention reads slots [0, mask.shape[1])."""
 
     def __init__(self, model: torch.nn.Module, max_len: int, max_nodes: int,
-                 head: torch.Tensor | None = None) -> None:
+                 head: torch.Tensor | None = None, store: PromptStore | None = None) -> None:
+        """store: earlier texts' KV for later prompts (None: only the live cache's text is kept)."""
         self.model = model
+        self.store = store
         self.cache: KVCache = model.new_cache(max_len)
         self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
@@ -60,6 +75,48 @@ class ModelRunner:
             hidden = hidden[rows]
         return self.logits(hidden)
 
+    def prefill(self, prompt: list[int], reuse: bool = True,
+                stop: Callable[[], bool] | None = None) -> Prefill | None:
+        """Start a request's text: keep the KV of the longest prefix of `prompt` that the live cache
+        or the store holds (reuse=False: none), compute the rest.  stop() is asked between chunks;
+        once it says True the prefill ends there, returning None (the chunks done stay cached)."""
+        kept = self._keep(prompt) if reuse else self._drop()
+        rest = prompt[kept:]
+        while len(rest) > PREFILL_CHUNK:
+            if stop is not None and stop():
+                return None
+            self._append(rest[:PREFILL_CHUNK])
+            rest = rest[PREFILL_CHUNK:]
+        if stop is not None and stop():
+            return None
+        return Prefill(self._append(rest, logits=True), kept)
+
+    def _keep(self, prompt: list[int]) -> int:
+        """Put the KV of prompt's longest cached prefix (all but its last token at most) in slots
+        [0, n); the live text goes into the store first if it is about to be overwritten."""
+        kv, ids = self.kv, np.asarray(prompt, dtype=np.int64)
+        live = min(common_prefix(np.asarray(kv.text, dtype=np.int64), ids), len(prompt) - 1)
+        if self.store is None:
+            kv.reset(live)
+            return live
+        match = self.store.match(ids)
+        if kv.prefix_len > live:
+            self.store.save(kv.text, self.cache)
+        if min(match.length, len(prompt) - 1) <= live:
+            kv.reset(live)
+            return live
+        kept = min(match.length, len(prompt) - 1)
+        self.store.load(match, self.cache)
+        kv.adopt(prompt[:kept])
+        return kept
+
+    def _drop(self) -> int:
+        """Keep nothing for this request (its KV still goes to the store if it has one)."""
+        if self.store is not None and self.kv.prefix_len:
+            self.store.save(self.kv.text, self.cache)
+        self.kv.reset()
+        return 0
+
     def extend(self, tokens: list[int]) -> torch.Tensor:
         """Append verified tokens to the prefix (tree must be empty); logits of the last one [1, V].
 
@@ -75,9 +132,13 @@ class ModelRunner:
         """Run tokens [T] at the next prefix slots; the last one's logits [1, V] if asked."""
         start = self.kv.prefix_len
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # [T]
-        slots = self.kv.append_prefix(len(tokens))  # [T]
+        slots = self.kv.append_prefix(tokens)  # [T]
         mask = causal_mask(start, len(tokens), self.device)  # [T, start + T]
-        if not logits:
-            self.model(ids, slots, self.cache, slots, mask)
-            return None
-        return self.forward(ids, slots, slots, mask, rows=torch.tensor([len(tokens) - 1], device=self.device))
+        try:
+            if not logits:
+                self.model(ids, slots, self.cache, slots, mask)
+                return None
+            return self.forward(ids, slots, slots, mask, rows=torch.tensor([len(tokens) - 1], device=self.device))
+        except BaseException:
+            self.kv.reset(start)  # these slots' KV is not whole: the text must not name them
+            raise

@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import NO_DRAFT, EngineConfig
 from swiftspec.errors import EngineFault
 from swiftspec.exec.load import check_pair
@@ -123,9 +124,14 @@ class AsyncEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
+        reuse: bool = True,
     ) -> Generation:
-        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
+        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop, reuse)
         return Generation(self._run(req, prompt, params, self.profile), req.stats)
+
+    @property
+    def prompt_store(self) -> PromptStore | None:
+        return self.verifier.runner.store
 
     @property
     def depth(self) -> int:
@@ -146,7 +152,9 @@ class AsyncEngine:
         draws = Draws.for_request(params)
         limit = self.limits.prefill(len(prompt))  # the first round also waits for the draft's prefill
         with self.workers.watch("the prefill", limit):
-            first = self._prefill(prompt, params, draws, plan, timeline)
+            first = self._prefill(prompt, params, draws, plan, timeline, req)
+        if first is None:  # stopped during the prefill, or asked for no token: the draft was never started
+            return
         try:
             out = req.emit(first)
             if out:
@@ -167,14 +175,24 @@ class AsyncEngine:
         self._end(timeline, flow, req.stats, limit)
 
     def _prefill(self, prompt: list[int], params: SamplingParams, draws: Draws, plan: StartupProfile,
-                 timeline: Timeline) -> list[int]:
-        """Prefill the target (its followers too) and pick the first token; Start the draft on it."""
+                 timeline: Timeline, req: RequestState) -> list[int] | None:
+        """Prefill the target (its followers too) and pick the first token; Start the draft on it.
+        None, with no draft started, when the request stopped during the prefill (a lone target
+        rank asks between chunks) or asked for no token."""
         prompt_t = torch.tensor(prompt, dtype=torch.long)
         if self.followers is not None:
             self.followers.send(Start(prompt=prompt_t, first_token=0, depth=0, params=params))
+        # tensor-parallel followers prefill the whole prompt, keeping nothing: the leader does the same
+        alone = self.followers is None
         with timeline.span("prefill"):
-            logits = self.prefill_lane.run(self.verifier.prefill, prompt)  # [1, V]
-            first = pick_tokens(logits, params, draws, len(prompt)).tolist()  # [1]
+            done = self.prefill_lane.run(self.verifier.prefill, prompt, req.reuse and alone,
+                                         req.should_stop if alone else None)
+            if done is None:
+                return None
+            req.stats.cached_tokens = done.cached
+            if req.prefill_only:
+                return None
+            first = pick_tokens(done.logits, params, draws, len(prompt)).tolist()  # [1]
         costs = torch.tensor(plan.verify_s, dtype=torch.float64)  # [bs], or [0] without adaptive verification
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=plan.depth, params=params, verify_costs=costs))
         return first

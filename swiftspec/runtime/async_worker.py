@@ -151,13 +151,11 @@ def target_follower_loop(verifier: TreeVerifier, io: GroupIO) -> None:
         if isinstance(msg, Shutdown):
             return
         if isinstance(msg, Start):
-            verifier.prefill(msg.prompt.tolist())
+            verifier.prefill(msg.prompt.tolist(), reuse=False)  # as the leader: reuse is off under tensor parallelism
         elif isinstance(msg, DraftTree):
             verifier.forward_tree(msg.tokens, msg.depths, mask_from_parents(msg.parents))
         elif isinstance(msg, Verified):
             verifier.commit(msg.nodes)
-            if msg.stop:
-                verifier.runner.kv.reset()
 
 
 def backend(config: EngineConfig) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.runtime.base import Generation, RequestState, Rounds
@@ -17,8 +18,9 @@ class AutoregressiveEngine:
 
     fault: str | None = None  # runs in this process alone: nothing to lose
 
-    def __init__(self, target: LoadedModel, max_seq_len: int) -> None:
-        self.runner = ModelRunner(target.model, max_seq_len + 1, max_nodes=1)  # + the graphs' scratch slot
+    def __init__(self, target: LoadedModel, max_seq_len: int, store: PromptStore | None = None) -> None:
+        """store: the prompt cache's earlier texts (None: only the last text's KV is kept)."""
+        self.runner = ModelRunner(target.model, max_seq_len + 1, max_nodes=1, store=store)  # + the graphs' scratch slot
         attach(self.runner, (1,))  # a CUDA graph of the one-token step (no-op on CPU)
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
@@ -30,18 +32,28 @@ class AutoregressiveEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
+        reuse: bool = True,
     ) -> Generation:
-        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
+        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop, reuse)
         return Generation(self._run(req, prompt, params), req.stats)
 
+    @property
+    def prompt_store(self) -> PromptStore | None:
+        return self.runner.store
+
     def _run(self, req: RequestState, prompt: list[int], params: SamplingParams) -> Rounds:
-        self.runner.kv.reset()
         params = with_seed(params)  # its draws (sampling.Draws)
         draws = Draws.for_request(params)
         timeline = Timeline()
         try:
             with timeline.span("prefill"):
-                logits = self.runner.extend(prompt)  # [1, V]
+                done = self.runner.prefill(prompt, req.reuse, req.should_stop)
+            if done is None:  # stopped during the prefill
+                return
+            req.stats.cached_tokens = done.cached
+            if req.prefill_only:
+                return
+            logits = done.logits  # [1, V]
             while True:
                 with timeline.span("verify"):
                     token = pick_tokens(logits, params, draws, self.runner.kv.prefix_len)  # [1]

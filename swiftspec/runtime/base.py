@@ -10,6 +10,7 @@ from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from swiftspec.cache.prompt_store import PromptStore
     from swiftspec.runtime.trace import TraceFile
     from swiftspec.tokenizer import Tokenizer
 
@@ -21,6 +22,7 @@ class GenerationStats:
     """One request's, filled in while it runs (Generation.stats); complete once its rounds are exhausted."""
 
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # leading prompt tokens whose target KV the prompt cache held (not recomputed)
     new_tokens: int = 0
     rounds: int = 0  # target forwards after prefill
     ttft_s: float = 0.0  # time to first token
@@ -77,9 +79,12 @@ class Engine(Protocol):
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
+        reuse: bool = True,
     ) -> Generation:
-        """One request. Raises UserError at once on bad input (an empty or too long prompt, no
-        tokens asked for); no round runs until the Generation is iterated.  Iterating it yields
+        """One request. Raises UserError at once on bad input (an empty or too long prompt, a
+        negative token count); no round runs until the Generation is iterated.  max_new_tokens 0
+        only prefills the prompt (it fills the prompt cache).  reuse=False: the prefill keeps
+        no cached KV (the prompt cache's `cache_prompt: false`).  Iterating it yields
         lists of new token ids (one list per round); it stops at EOS (not yielded), at
         max_new_tokens, or once should_stop() returns True (checked once per round), and raises
         EngineFault when a worker fails (the request is lost; recover() before the next).
@@ -94,6 +99,11 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Release worker processes and memory."""
+        ...
+
+    @property
+    def prompt_store(self) -> "PromptStore | None":
+        """The target's store of earlier texts' KV (the prompt cache beyond the live text), if any."""
         ...
 
 
@@ -112,16 +122,19 @@ class RequestState:
         max_seq_len: int,
         eos_ids: frozenset[int],
         should_stop: Callable[[], bool] | None = None,
+        reuse: bool = True,
     ) -> None:
         if not prompt:
             raise UserError("the prompt is empty")
         if len(prompt) >= max_seq_len:
             raise UserError(f"the prompt has {len(prompt)} tokens; the context holds {max_seq_len}")
-        if max_new_tokens < 1:
-            raise UserError(f"max tokens must be >= 1, got {max_new_tokens}")
+        if max_new_tokens < 0:
+            raise UserError(f"max tokens must be >= 0, got {max_new_tokens}")
+        self.prefill_only = max_new_tokens == 0  # the prompt's KV goes into the prompt cache; no token
         self.remaining = token_budget(len(prompt), max_new_tokens, max_seq_len)
         self.eos_ids = eos_ids
         self.should_stop = should_stop
+        self.reuse = reuse  # the prefill may keep the prompt cache's KV
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.done = False
         self._start = time.perf_counter()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, chain_config, require_settled
-from swiftspec.exec.load import check_pair, load_target, resolve_context
+from swiftspec.exec.load import check_pair, load_target, prompt_store, resolve_context
 from swiftspec.runtime.base import Engine
 from swiftspec.runtime.startup import StartupProfile
 from swiftspec.weights.loaded import LoadedModel
@@ -56,17 +56,17 @@ def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupPro
     if config.mode == "ar":
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
-        return AutoregressiveEngine(target, max_seq_len)
+        return AutoregressiveEngine(target, max_seq_len, prompt_store(config))
     from swiftspec.runtime.serial import SerialEngine
     from swiftspec.spec import LookupDrafter, load_drafter
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree
-        return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len, startup)
+        return SerialEngine(target, LookupDrafter(tree), tree, max_seq_len, startup, prompt_store(config))
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
     draft = load_drafter(config.draft, config.draft_load, tree, max_seq_len, config.draft_vocab)
     check_pair(target.tokenizer, draft.loaded.tokenizer, target.args.vocab_size, draft.loaded.args.vocab_size)
-    return SerialEngine(target, draft.drafter, tree, max_seq_len, startup)
+    return SerialEngine(target, draft.drafter, tree, max_seq_len, startup, prompt_store(config))
 
 
 def _check_placement(config: EngineConfig) -> None:

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Callable
 
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.rendezvous import Hello, Listener, read_secret, tokenizer_digest
@@ -50,7 +51,7 @@ class RemoteEngine:
 
     def __init__(self, config: EngineConfig, target: LoadedModel | None = None) -> None:
         """target: the target model, when the caller has loaded it already."""
-        from swiftspec.exec.load import load_target
+        from swiftspec.exec.load import load_target, prompt_store
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         self.config, self.remote = config, config.remote
@@ -58,7 +59,7 @@ class RemoteEngine:
         self.target = target or load_target(config.target, config.target_load)
         self.tokenizer = self.target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
-        self.ar = AutoregressiveEngine(self.target, self.max_seq_len)
+        self.ar = AutoregressiveEngine(self.target, self.max_seq_len, prompt_store(config))
         self.trace = None
         self.session = None  # AsyncEngine while a draft host is linked
         self._beat, self._seen = 0, 0.0  # the draft's idle heartbeat, and when it last moved
@@ -114,18 +115,23 @@ class RemoteEngine:
             self._beat, self._seen = beat, now
         return now - self._seen > self.remote.link_timeout
 
+    @property
+    def prompt_store(self) -> PromptStore | None:
+        """The store of the engine that serves now (the async session's while one is linked)."""
+        return (self.session or self.ar).prompt_store
+
     def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
-                 should_stop: Callable[[], bool] | None = None) -> Generation:
+                 should_stop: Callable[[], bool] | None = None, reuse: bool = True) -> Generation:
         """async while a draft host is linked, else ar; bad input raises UserError here, before
         anything runs (a linked draft host stays linked)."""
         if self.session is None:
             self._join()
         if self.session is None:
             self.ar.trace = self.trace
-            return self.ar.generate(prompt, params, max_new_tokens, should_stop)
+            return self.ar.generate(prompt, params, max_new_tokens, should_stop, reuse)
         start = time.perf_counter()
         self.session.trace = self.trace
-        linked = self.session.generate(prompt, params, max_new_tokens, should_stop)
+        linked = self.session.generate(prompt, params, max_new_tokens, should_stop, reuse)
         budget = token_budget(len(prompt), max_new_tokens, self.max_seq_len)
         return Generation(self._linked(linked, start, prompt, params, budget, should_stop), linked.stats)
 

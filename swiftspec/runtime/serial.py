@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import TreeConfig
 from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
 from swiftspec.runtime.startup import StartupProfile, Warmup, serial_profile
@@ -39,10 +40,11 @@ class SerialEngine:
     fault: str | None = None  # runs in this process alone: nothing to lose
 
     def __init__(self, target: LoadedModel, drafter: TreeDrafter, cfg: TreeConfig, max_seq_len: int,
-                 startup: StartupProfile | None = None) -> None:
-        """startup: the start-up profile when it is known already (auto's); None: measured here."""
+                 startup: StartupProfile | None = None, store: PromptStore | None = None) -> None:
+        """startup: the start-up profile when it is known already (auto's); None: measured here.
+        store: the prompt cache's earlier texts of the target (None: only the last text's KV is kept)."""
         self.cfg = cfg
-        self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size)
+        self.target = TreeVerifier(target.model, max_seq_len, cfg.verify_size, store)
         self.drafter = drafter
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
@@ -74,9 +76,14 @@ class SerialEngine:
         params: SamplingParams,
         max_new_tokens: int,
         should_stop: Callable[[], bool] | None = None,
+        reuse: bool = True,
     ) -> Generation:
-        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop)
+        req = RequestState(prompt, max_new_tokens, self.max_seq_len, self.tokenizer.eos_token_ids, should_stop, reuse)
         return Generation(self._run(req, prompt, params, self.depth, self.costs), req.stats)
+
+    @property
+    def prompt_store(self) -> PromptStore | None:
+        return self.target.runner.store
 
     def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int,
              costs: RoundCosts) -> Rounds:
@@ -86,7 +93,13 @@ class SerialEngine:
         draws = Draws.for_request(params)
         try:
             with target_tl.span("prefill"):
-                first = pick_tokens(self.target.prefill(prompt), params, draws, len(prompt)).tolist()  # [1]
+                done = self.target.prefill(prompt, req.reuse, req.should_stop)
+            if done is None:  # stopped during the prefill
+                return
+            req.stats.cached_tokens = done.cached
+            if req.prefill_only:
+                return
+            first = pick_tokens(done.logits, params, draws, len(prompt)).tolist()  # [1]
             out = req.emit(first)
             if out:
                 yield out

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault, LinkError
+from swiftspec.exec.load import prompt_store
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, joined, leave_groups, meeting_point
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
@@ -77,7 +78,7 @@ class WorkerGroup:
             self.target = load_for_rank(self.config.target, self.config.target_load, groups)
         if self.verifier is None:
             self.verifier = TreeVerifier(self.target.model, self.config.target_load.max_seq_len,
-                                         self.config.tree.verify_size)
+                                         self.config.tree.verify_size, prompt_store(self.config))
         self.link = DistTransport(self.layout.draft_leader)
         tp_group = groups.parallel.group
         self.followers = GroupBroadcast(tp_group, 0) if self.layout.target_tp > 1 else None

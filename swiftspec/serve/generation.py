@@ -52,6 +52,7 @@ class Plan:
     stop_ids: frozenset[int] = frozenset()  # tokens that end the text like EOS (FIM's end tokens)
     min_indent: int = 0  # /infill's n_indent: end before a later line indented less
     time_limit_s: float = 0.0  # /infill's t_max_predict_ms: once a line has ended, stop after this long
+    reuse: bool = True  # cache_prompt: the prefill may keep the prompt cache's KV
 
 
 @dataclass(slots=True)
@@ -59,6 +60,7 @@ class Outcome:
     """Filled in while the text is read."""
 
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV the prompt cache held (known once the job has ended)
     stop_type: str = LIMIT  # EOS | STOP_WORD | LIMIT (max tokens, end of context, n_indent, time limit)
     stop_word: str = ""  # the stop string met, if STOP_WORD
     started: float = field(default_factory=time.perf_counter)  # made just before the job is queued
@@ -153,11 +155,11 @@ class Service:
         room = self.engine.max_seq_len - len(prompt)
         return Plan(head=ResponseHeader.new(self.config.served_model_name, chat), prompt=prompt, params=params,
                     max_tokens=min(max_tokens, room), stop=req.stop_strings, stream=bool(req.stream),
-                    include_usage=req.include_usage, stop_ids=stop_ids)
+                    include_usage=req.include_usage, stop_ids=stop_ids, reuse=req.cache_prompt is not False)
 
     def submit(self, plan: Plan) -> Job:
         try:
-            return self.scheduler.submit(plan.head.id, plan.prompt, plan.params, plan.max_tokens)
+            return self.scheduler.submit(plan.head.id, plan.prompt, plan.params, plan.max_tokens, plan.reuse)
         except QueueFull:
             raise APIError(429, "the server is busy: too many requests are waiting; retry shortly",
                            code="queue_full", type="rate_limit_error") from None
@@ -166,7 +168,7 @@ class Service:
         """The response text, one piece per token as soon as it is final; stops the job at a stop
         (string, token, indentation or time limit). A stop token is not counted, as EOS is not."""
         text = TextStream(self.engine.tokenizer, plan.stop, plan.stop_ids, plan.min_indent)
-        async for ids in job.rounds():
+        async for ids in self._rounds(job, outcome):
             decoding_s = outcome.timed()
             for token in ids:
                 outcome.completion_tokens += token not in plan.stop_ids
@@ -188,6 +190,16 @@ class Service:
         else:
             outcome.stop_type = LIMIT if outcome.completion_tokens >= plan.max_tokens else EOS
 
+    @staticmethod
+    async def _rounds(job: Job, outcome: Outcome) -> AsyncIterator[list[int]]:
+        """The job's rounds; once they end (or the text stops them), the outcome learns what the
+        prompt cache held."""
+        try:
+            async for ids in job.rounds():
+                yield ids
+        finally:
+            outcome.cached_tokens = job.cached_tokens
+
     async def whole_text(self, plan: Plan, request: Request, outcome: Outcome) -> str:
         """The whole text; the job is cancelled if the client disconnects while waiting."""
         job = self.submit(plan)
@@ -202,7 +214,7 @@ class Service:
         """The whole response body."""
         outcome = Outcome()
         text = await self.whole_text(plan, request, outcome)
-        used = proto.usage(len(plan.prompt), outcome.completion_tokens)
+        used = proto.usage(len(plan.prompt), outcome.completion_tokens, outcome.cached_tokens)
         return proto.full_response(plan.head, text, outcome.finish_reason, used)
 
     async def stream(self, plan: Plan, job: Job) -> AsyncIterator[str]:
@@ -220,7 +232,8 @@ class Service:
             yield proto.chunk(plan.head, piece)
         yield proto.chunk(plan.head, "", outcome.finish_reason)
         if plan.include_usage:
-            yield proto.usage_chunk(plan.head, proto.usage(len(plan.prompt), outcome.completion_tokens))
+            used = proto.usage(len(plan.prompt), outcome.completion_tokens, outcome.cached_tokens)
+            yield proto.usage_chunk(plan.head, used)
 
 
 async def sse_events(payloads: AsyncIterator[dict]) -> AsyncIterator[str]:

@@ -44,18 +44,20 @@ def plan_infill(service: Service, req: InfillRequest) -> InfillPlan:
     plan = Plan(head=ResponseHeader.new(service.config.served_model_name, chat=False), prompt=fim.ids,
                 params=req.sampling(), max_tokens=min(max_tokens, engine.max_seq_len - len(fim.ids)),
                 stop=req.stop_strings, stream=req.stream, include_usage=False, stop_ids=tokens.stops,
-                min_indent=req.n_indent, time_limit_s=req.t_max_predict_ms / 1000)
+                min_indent=req.n_indent, time_limit_s=req.t_max_predict_ms / 1000, reuse=req.cache_prompt)
     return InfillPlan(req=req, plan=plan, truncated=fim.truncated)
 
 
 async def respond(service: Service, infill: InfillPlan, request: Request) -> Response:
-    """The body, or the stream if asked; n_predict 0 answers at once with no text (llama.cpp would
-    only have cached the prompt: the plugins send such requests to warm its cache)."""
+    """The body, or the stream if asked.  n_predict 0 only prefills the prompt into the prompt
+    cache and answers with no text (the plugins send such requests to warm the cache: llama.vim's
+    input_extra chunks); with cache_prompt false it answers at once."""
     plan, outcome = infill.plan, Outcome()
+    run = plan.max_tokens > 0 or plan.reuse
     if plan.stream:
-        job = service.submit(plan) if plan.max_tokens else None
+        job = service.submit(plan) if run else None
         return JobStream(sse_events(_events(service, infill, job, outcome)), service.scheduler, job)
-    text = await service.whole_text(plan, request, outcome) if plan.max_tokens else ""
+    text = await service.whole_text(plan, request, outcome) if run else ""
     return JSONResponse(_final(service, infill, text, outcome))
 
 
@@ -69,7 +71,8 @@ async def _events(service: Service, infill: InfillPlan, job: Job | None, outcome
 def _final(service: Service, infill: InfillPlan, content: str, outcome: Outcome) -> dict:
     first = outcome.first_token_at or time.perf_counter()
     timings = Timings(prompt_tokens=len(infill.plan.prompt), prompt_s=first - outcome.started,
-                      predicted_tokens=outcome.completion_tokens, predicted_s=(outcome.last_token_at or first) - first)
+                      predicted_tokens=outcome.completion_tokens, predicted_s=(outcome.last_token_at or first) - first,
+                      cached_tokens=outcome.cached_tokens)
     result = InfillResult(content=content, stop_type=outcome.stop_type, stopping_word=outcome.stop_word,
                           truncated=infill.truncated, timings=timings)
     return final_body(infill.req, service.config.served_model_name, result)

@@ -2,8 +2,9 @@
 request schema and the JSON of responses and stream events.
 
 Sampling defaults are llama.cpp's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), since these
-clients leave them to the server. Tuning fields that only make llama.cpp faster (cache_prompt,
-t_max_prompt_ms, id_slot, samplers' order...) are accepted and ignored; fields that would change
+clients leave them to the server. `cache_prompt` (default true) is honoured: false keeps no cached KV
+for the prompt. Tuning fields that only make llama.cpp faster (t_max_prompt_ms, id_slot, samplers'
+order...) are accepted and ignored; fields that would change
 the text in a way we cannot honour are accepted only at their neutral value (UNSUPPORTED).
 """
 
@@ -58,6 +59,7 @@ class InfillRequest(BaseModel):
     n_indent: int = Field(0, ge=0)  # end before a later line indented by fewer blanks
     t_max_predict_ms: float = Field(0.0, ge=0.0)  # once a line has ended, stop after this long; 0 = off
     response_fields: list[str] | None = None  # return only these ("a/b" = body["a"]["b"]), as flat keys
+    cache_prompt: bool = True  # false: the prefill keeps no cached KV (every prompt token is computed)
 
     @field_validator("stop")
     @classmethod
@@ -108,12 +110,15 @@ class Timings:
     prompt_s: float
     predicted_tokens: int
     predicted_s: float
+    cached_tokens: int = 0  # of prompt_tokens, those whose KV the prompt cache held
 
     def to_json(self) -> dict[str, float | int]:
+        """llama-server's timings: prompt_n counts the prompt tokens computed, cache_n those reused."""
         prompt_ms, predicted_ms = 1000 * self.prompt_s, 1000 * self.predicted_s
-        return {"cache_n": 0, "prompt_n": self.prompt_tokens, "prompt_ms": prompt_ms,
-                "prompt_per_token_ms": prompt_ms / max(1, self.prompt_tokens),
-                "prompt_per_second": self.prompt_tokens / self.prompt_s if self.prompt_s > 0 else 0.0,
+        computed = self.prompt_tokens - self.cached_tokens
+        return {"cache_n": self.cached_tokens, "prompt_n": computed, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / max(1, computed),
+                "prompt_per_second": computed / self.prompt_s if self.prompt_s > 0 else 0.0,
                 "predicted_n": self.predicted_tokens, "predicted_ms": predicted_ms,
                 "predicted_per_token_ms": predicted_ms / max(1, self.predicted_tokens),
                 "predicted_per_second": self.predicted_tokens / self.predicted_s if self.predicted_s > 0 else 0.0}
@@ -136,7 +141,7 @@ def final_body(req: InfillRequest, model: str, result: InfillResult) -> dict[str
     body = {"index": 0, "content": result.content, "tokens": [], "id_slot": 0, "stop": True, "model": model,
             "tokens_predicted": t.predicted_tokens, "tokens_evaluated": t.prompt_tokens,
             "generation_settings": req.settings(), "truncated": result.truncated, "stop_type": result.stop_type, "stopping_word": result.stopping_word,
-            "tokens_cached": 0, "timings": t.to_json()}
+            "tokens_cached": t.cached_tokens, "timings": t.to_json()}
     return body if req.response_fields is None else nested_values(body, req.response_fields)
 
 

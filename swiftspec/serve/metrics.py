@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.serve.scheduler import Job, JobEnd
+
+if TYPE_CHECKING:
+    from swiftspec.cache.prompt_store import PromptStore
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ACCEPT_BUCKETS = tuple(float(n) for n in range(1, 17))
@@ -22,8 +25,8 @@ class ServerMetrics:
         reg = self.registry
         self.requests = Counter("swiftspec_requests", "HTTP requests by endpoint and status",
                                 ("endpoint", "status"), registry=reg)
-        self.tokens = Counter("swiftspec_tokens", "Tokens processed, by kind (prompt|completion)",
-                              ("kind",), registry=reg)
+        self.tokens = Counter("swiftspec_tokens", "Tokens, by kind: prompt, completion, and cached (prompt "
+                              "tokens whose KV the prompt cache held)", ("kind",), registry=reg)
         self.ttft = Histogram("swiftspec_time_to_first_token_seconds",
                               "Arrival to first token, queue wait included", buckets=_LATENCY_BUCKETS, registry=reg)
         self.tpot = Histogram("swiftspec_time_per_output_token_seconds",
@@ -44,12 +47,24 @@ class ServerMetrics:
         """Read the queue depth gauge from `depth()` at every scrape."""
         self.queue.set_function(depth)
 
+    def watch_store(self, store: Callable[[], "PromptStore | None"]) -> None:
+        """Gauges of the prompt cache's store (the engine's, read at every scrape; 0 without one)."""
+        reads = {"bytes": ("KV bytes of the earlier texts kept", lambda s: s.nbytes),
+                 "entries": ("Earlier texts kept", lambda s: len(s.entries)),
+                 "lookups": ("Prefills that looked in the store", lambda s: s.stats.lookups),
+                 "hits": ("Prefills that took an earlier text's KV from the store", lambda s: s.stats.hits),
+                 "evictions": ("Texts dropped for room", lambda s: s.stats.evicted)}
+        for name, (doc, read) in reads.items():
+            gauge = Gauge(f"swiftspec_prompt_cache_{name}", doc, registry=self.registry)
+            gauge.set_function(lambda read=read: 0 if store() is None else read(store()))
+
     def observe(self, job: Job, end: JobEnd) -> None:
         """Record one finished generation (called on the engine worker thread)."""
         if end.error is not None:
             self.failed.labels(_cause(end.error)).inc()
         self.tokens.labels("prompt").inc(len(job.prompt))
         self.tokens.labels("completion").inc(end.new_tokens)
+        self.tokens.labels("cached").inc(end.stats.cached_tokens)
         if end.ttft_s is not None:
             self.ttft.observe(end.ttft_s)
         if end.new_tokens > 1:

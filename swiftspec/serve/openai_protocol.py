@@ -69,6 +69,7 @@ class GenerationRequest(BaseModel):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, Any] | None = None
     user: str | None = None
+    cache_prompt: bool | None = None  # extension (llama-server's): false = keep no cached KV for this prompt
 
     @field_validator("n")
     @classmethod
@@ -204,12 +205,14 @@ class ResponseHeader:
         return body
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage, with the prompt tokens whose KV the prompt cache held."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def full_response(head: ResponseHeader, text: str, finish_reason: str, used: dict[str, int]) -> dict[str, Any]:
+def full_response(head: ResponseHeader, text: str, finish_reason: str, used: dict[str, Any]) -> dict[str, Any]:
     """The non-streaming body."""
     if head.chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
@@ -232,6 +235,6 @@ def chunk(head: ResponseHeader, text: str | None, finish_reason: str | None = No
     return head.envelope("text_completion", [choice])
 
 
-def usage_chunk(head: ResponseHeader, used: dict[str, int]) -> dict[str, Any]:
+def usage_chunk(head: ResponseHeader, used: dict[str, Any]) -> dict[str, Any]:
     """The last chunk when stream_options.include_usage is set: no choices, only usage."""
     return head.envelope("chat.completion.chunk" if head.chat else "text_completion", [], used)

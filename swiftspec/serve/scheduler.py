@@ -49,12 +49,14 @@ class Job:
     request_id: str
     prompt: list[int]
     params: SamplingParams
-    max_new_tokens: int
+    max_new_tokens: int  # 0: only prefill (the prompt's KV goes into the prompt cache)
     loop: asyncio.AbstractEventLoop
+    reuse: bool = True  # the prefill may keep the prompt cache's KV (a request's cache_prompt)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)  # list[int] per round, then JobEnd
     stop: threading.Event = field(default_factory=threading.Event)
     arrived: float = field(default_factory=time.perf_counter)
     end: JobEnd | None = None  # set once `rounds` is exhausted
+    cached_tokens: int = 0  # prompt tokens whose KV the prompt cache held: set by the worker with the first round
 
     async def rounds(self) -> AsyncIterator[list[int]]:
         """Each round's tokens as they come; re-raises the engine's error at the end."""
@@ -121,9 +123,10 @@ class Scheduler:
             self._thread.join()
         self._fail_waiting(EngineFault("the server is shutting down"))
 
-    def submit(self, request_id: str, prompt: list[int], params: SamplingParams, max_new_tokens: int) -> Job:
+    def submit(self, request_id: str, prompt: list[int], params: SamplingParams, max_new_tokens: int,
+               reuse: bool = True) -> Job:
         """Queue a job at the back of the FIFO; raises QueueFull when max_queue jobs already wait."""
-        job = Job(request_id, prompt, params, max_new_tokens, asyncio.get_running_loop())
+        job = Job(request_id, prompt, params, max_new_tokens, asyncio.get_running_loop(), reuse=reuse)
         with self._cond:
             if self._closed or len(self._waiting) >= self._max_queue:
                 raise QueueFull
@@ -136,9 +139,12 @@ class Scheduler:
         """The client is gone: leave the queue at once, or end within one round if running."""
         job.stop.set()
         with self._cond:
-            if job in self._waiting:
+            waiting = job in self._waiting
+            if waiting:
                 self._waiting.remove(job)
-                log.debug("cancelled %s while waiting", job.request_id)
+        if waiting:  # it never runs: its end comes from here, so that whoever awaits its rounds returns
+            log.debug("cancelled %s while waiting", job.request_id)
+            job.deliver(JobEnd(None, GenerationStats(), 0, None, 0.0))
 
     def _next(self) -> Job | None:
         """The next job, once the engine is fit to run it (None once closed). Idle, the engine is
@@ -203,13 +209,15 @@ class Scheduler:
         error: Exception | None = None
         stats, count, first, last = GenerationStats(), 0, None, 0.0
         try:
-            generation = self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set)
+            generation = self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set, job.reuse)
             for ids in generation:
                 last = time.perf_counter()
                 first = last if first is None else first
                 count += len(ids)
+                job.cached_tokens = generation.stats.cached_tokens  # known from the prefill on
                 job.deliver(list(ids))
-            stats = generation.stats  # this job's own; an error leaves the empty stats
+            stats = generation.stats
+            job.cached_tokens = stats.cached_tokens  # this job's own; an error leaves the empty stats
         except (UserError, EngineFault) as exc:  # one line says it all
             error = exc
             if isinstance(exc, EngineFault):

@@ -62,6 +62,7 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
     hooks = Hooks(on_end=metrics.observe, on_restart=metrics.restarts.inc, on_start_error=on_start_error)
     scheduler = Scheduler(load, config.max_queue, hooks)
     metrics.watch_queue(lambda: scheduler.waiting)
+    metrics.watch_store(lambda: getattr(scheduler.engine, "prompt_store", None))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -74,14 +74,14 @@ class TreeDrafter:
         self.text = _Text(self.inside)  # the request's tokens, and those outside the pruned vocabulary
 
     def start(self, prompt: list[int], root: int, params: SamplingParams) -> None:
-        """Begin a request: prefill the prompt's draft context (context_window) and plant a tree at
-        the first generated token; prompt lookup reads the whole prompt."""
-        self.runner.kv.reset()
+        """Begin a request: prefill the prompt's draft context (context_window; the KV of its prefix
+        that the last request's text shares is kept) and plant a tree at the first generated token;
+        prompt lookup reads the whole prompt."""
         if self.switchable:
             self.text = _Text(self.inside)
             self.text.add(prompt + [root])
             self._use_pruned(self.text.covered)
-        self.runner.extend(context_window(prompt, self.cfg.draft_context))
+        self.runner.prefill(context_window(prompt, self.cfg.draft_context))
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
@@ -180,7 +180,7 @@ class TreeDrafter:
             return None
         device = self.runner.device
         start = self.runner.kv.prefix_len
-        slots = self.runner.kv.append_prefix(len(self.pending))  # [p]
+        slots = self.runner.kv.append_prefix(self.pending)  # [p]
         tokens = torch.tensor(self.pending, dtype=torch.long, device=device)  # [p]
         self.pending = []
         return _Pending(tokens, slots, causal_mask(start, tokens.numel(), device))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.exec.cuda_graph import attach
-from swiftspec.exec.runner import ModelRunner
+from swiftspec.exec.runner import ModelRunner, Prefill
 from swiftspec.sampling import Draws, SamplingParams
 from swiftspec.verify import Acceptance, verify_greedy, verify_sampled
 
@@ -17,14 +19,17 @@ VERIFY_PROFILE_RUNS = 2  # timed passes over the verification sizes (after an un
 class TreeVerifier:
     """Owns the target model's cache. Its tree region only ever holds the subtree being verified."""
 
-    def __init__(self, model: torch.nn.Module, max_seq_len: int, verify_size: int) -> None:
-        self.runner = ModelRunner(model, max_seq_len + verify_size + 1, max_nodes=verify_size)
+    def __init__(self, model: torch.nn.Module, max_seq_len: int, verify_size: int,
+                 store: PromptStore | None = None) -> None:
+        """store: the prompt cache's earlier texts (None: only the last text's KV is kept)."""
+        self.runner = ModelRunner(model, max_seq_len + verify_size + 1, max_nodes=verify_size, store=store)
         attach(self.runner, (verify_size,))  # CUDA graphs for the verification shape (no-op on CPU)
+        self.nodes = torch.zeros(0, dtype=torch.long)  # [n] tokens of the subtree in the tree region
 
-    def prefill(self, prompt: list[int]) -> torch.Tensor:
-        """Compute the prompt's KV; logits after its last token [1, V]."""
-        self.runner.kv.reset()
-        return self.runner.extend(prompt)
+    def prefill(self, prompt: list[int], reuse: bool = True, stop: Callable[[], bool] | None = None) -> Prefill | None:
+        """Compute the KV of the prompt's tokens that the prompt cache does not hold (reuse=False:
+        of all of them); the logits after its last token.  None once stop() said so between chunks."""
+        return self.runner.prefill(prompt, reuse, stop)
 
     def forward_tree(self, tokens: torch.Tensor, depths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Target logits [n, V] for subtree nodes tokens [n] (root first) with ancestor mask [n, n].
@@ -33,6 +38,7 @@ class TreeVerifier:
         """
         kv = self.runner.kv
         n = tokens.numel()
+        self.nodes = tokens
         slots = kv.alloc(torch.arange(n, device=tokens.device))  # [n]
         seen = torch.ones(n, kv.prefix_len, dtype=torch.bool, device=tokens.device)  # the prefix
         full_mask = torch.cat([seen, mask], dim=1)  # [n, prefix_len + n]
@@ -52,13 +58,13 @@ class TreeVerifier:
     def commit(self, accepted: torch.Tensor) -> None:
         """Move the KV of accepted subtree nodes [a+1] (root first) into the prefix."""
         empty = accepted[:0]
-        self.runner.kv.commit(accepted, empty, empty)
+        self.runner.kv.commit(accepted, self.nodes[accepted].tolist(), empty, empty)
 
     def verify_times(self, prompt: list[int], size: int) -> list[float]:
         """Seconds to verify n = 1..size nodes (the target forward and greedy verification of a
         chain after `prompt`, prefilled here): the best of VERIFY_PROFILE_RUNS passes over the
         sizes, after one untimed size-node verification pays the one-time costs."""
-        self.prefill(prompt)
+        self.prefill(prompt, reuse=False)
         self._time_verify(prompt, size)
         passes = [[self._time_verify(prompt, n) for n in range(1, size + 1)] for _ in range(VERIFY_PROFILE_RUNS)]
         return [min(times) for times in zip(*passes)]

@@ -30,11 +30,16 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
         draft_load=FP32, tree=TreeConfig(depth=2), target_tp=target_tp, trace=str(tmp_path / "t.json")))
     try:
         rng = random.Random(target_tp)
+        text, cached = [], []
         for i in range(30):
             prompt = [rng.randrange(3, 500) for _ in range(rng.randint(1, 24))]
+            prompt = text + prompt if i % 3 == 2 else prompt  # a chat's next turn: the prompt cache's hit
             want = flat(ar, prompt, SamplingParams(), 32)
             generation = engine.generate(prompt, SamplingParams(), 32)
             assert [t for chunk in generation for t in chunk] == want, i
+            text, cached = prompt + want, cached + [generation.stats.cached_tokens]
+        # a lone target leader keeps the last text's KV; tensor-parallel ranks keep none
+        assert all(cached[2::3]) if target_tp == 1 else not any(cached)
         summary = generation.stats.spans
         assert summary["target"]["spans_s"]["forward"] > 0 and summary["draft"]["spans_s"]["expand"] > 0
         doc = json.loads((tmp_path / "t.json").read_text())

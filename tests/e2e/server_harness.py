@@ -94,6 +94,7 @@ class ScriptedEngine:
     """Yields the same scripted rounds of token ids for any prompt, `round_s` seconds apart."""
 
     fault: str | None = None
+    prompt_store = None  # keeps no earlier texts
 
     def __init__(self, tokenizer: Tokenizer, rounds: list[list[int]], round_s: float = 0.0,
                  max_seq_len: int = 256) -> None:
@@ -103,13 +104,13 @@ class ScriptedEngine:
         self.max_seq_len = max_seq_len
 
     def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
-                 should_stop: Callable[[], bool] | None = None) -> Generation:
+                 should_stop: Callable[[], bool] | None = None, reuse: bool = True) -> Generation:
         stats = GenerationStats(prompt_tokens=len(prompt))
         return Generation(self._rounds(stats, max_new_tokens, should_stop), stats)
 
     def _rounds(self, stats: GenerationStats, max_new_tokens: int, should_stop: Callable[[], bool] | None) -> Rounds:
         left = max_new_tokens
-        for ids in self.rounds:
+        for ids in self.rounds if left else ():
             time.sleep(self.round_s)
             out = ids[:left]
             left -= len(out)

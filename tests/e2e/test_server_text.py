@@ -111,7 +111,8 @@ def test_length_limit_and_usage(server: LiveServer, ids: list[int]) -> None:
     r = post(server, "/v1/completions", {"prompt": [1, 2, 3, 4], "max_tokens": 3})
     body = r.json()
     assert body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
+                             "prompt_tokens_details": {"cached_tokens": 0}}  # the scripted engine keeps none
     assert body["choices"][0]["text"] == "Hello"
 
 
@@ -119,4 +120,5 @@ def test_stream_usage_chunk(server: LiveServer, ids: list[int]) -> None:
     body = {"prompt": [1, 2], "max_tokens": 100, "stream_options": {"include_usage": True}}
     chunks = stream_chunks(server, "/v1/completions", body)
     assert chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": len(ids), "total_tokens": 2 + len(ids)}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": len(ids), "total_tokens": 2 + len(ids),
+                                  "prompt_tokens_details": {"cached_tokens": 0}}

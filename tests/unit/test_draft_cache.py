@@ -39,7 +39,7 @@ def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _logits(drafter, ids: list[int]) -> torch.Tensor:
     runner = drafter.runner
-    slots = runner.kv.append_prefix(len(ids))
+    slots = runner.kv.append_prefix(list(ids))
     return runner.forward(torch.tensor(ids), slots, slots, causal_mask(0, len(ids), "cpu"))
 
 

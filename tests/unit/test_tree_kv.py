@@ -71,7 +71,7 @@ def test_commit_and_compact_match_recompute_under_random_rerooting() -> None:
         prompt = [rng.randrange(VOCAB) for _ in range(5)]
         for pos, _ in enumerate(prompt):
             write(kv, pos, prompt[: pos + 1])
-        kv.append_prefix(len(prompt))
+        kv.append_prefix(prompt)
         verified, tree = list(prompt), new_tree(rng.randrange(VOCAB))
         for _ in range(6):
             for _ in range(rng.randint(1, 3)):
@@ -83,9 +83,10 @@ def test_commit_and_compact_match_recompute_under_random_rerooting() -> None:
             verified = verified + [int(tree.tokens[0])] + emitted[:-1]
             tree = step.tree if step.tree is not None else new_tree(emitted[-1])
             check(kv, tree, verified, missing)
+            assert kv.text == verified[: kv.prefix_len]  # the prompt cache's record of the prefix
             for tok in missing:  # recompute what had no KV, as the drafter does
                 write(kv, kv.prefix_len, verified[: kv.prefix_len + 1])
-                kv.prefix_len += 1
+                kv.append_prefix([tok])
             assert step.tree is None or not missing
 
 

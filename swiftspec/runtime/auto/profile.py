@@ -92,7 +92,7 @@ def teacher_forced(runner: ModelRunner, text: Text) -> torch.Tensor:
     runner.kv.reset()
     device = runner.device
     ids = torch.tensor(text.ids, device=device)  # [T]
-    slots = runner.kv.append_prefix(len(text.ids))  # [T]
+    slots = runner.kv.append_prefix(list(text.ids))  # [T]
     rows = torch.arange(text.prompt_len - 1, len(text.ids) - 1, device=device)  # [n]
     return runner.forward(ids, slots, slots, causal_mask(0, len(text.ids), device), rows=rows)
 

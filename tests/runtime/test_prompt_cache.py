@@ -1,0 +1,143 @@
+"""The prompt cache: a request keeps the KV of the prefix it shares with an earlier text (the live
+cache's, or one in the store), and its tokens are exactly those of a request that keeps nothing."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from swiftspec.cache.kv_cache import KVCache
+from swiftspec.cache.prompt_store import PromptStore, common_prefix
+from swiftspec.config import TreeConfig
+from swiftspec.runtime import chain_config
+from swiftspec.runtime.autoregressive import AutoregressiveEngine
+from swiftspec.runtime.serial import SerialEngine
+from swiftspec.sampling import SamplingParams
+from swiftspec.spec import LookupDrafter, TreeDrafter
+
+LEN = 256
+TREE = TreeConfig(depth=2, draft_context=16)  # a windowed draft: its own window is cached too
+MODES = ("ar", "chain", "tree", "lookup")
+
+
+def build(mode: str, target, draft, store: PromptStore | None):
+    if mode == "ar":
+        return AutoregressiveEngine(target, LEN, store)
+    if mode == "lookup":
+        return SerialEngine(target, LookupDrafter(TREE), TREE, LEN, store=store)
+    cfg = chain_config(TREE) if mode == "chain" else TREE
+    return SerialEngine(target, TreeDrafter(draft.model, cfg, LEN), cfg, LEN, store=store)
+
+
+def run(engine, prompt, n=16, params=SamplingParams(), **kw):
+    generation = engine.generate(prompt, params, n, **kw)
+    return [t for chunk in generation for t in chunk], generation.stats
+
+
+def session(rng: random.Random) -> list[list[int]]:
+    """Prompts as editors and chats send them: a file, the same file edited near its end, a chat's
+    next turn (the last prompt and more), another file, the first file again, an identical one."""
+    first = [rng.randrange(3, 500) for _ in range(60)]
+    edited = first[:50] + [rng.randrange(3, 500) for _ in range(12)]
+    other = [rng.randrange(3, 500) for _ in range(40)]
+    return [first, edited, edited + [rng.randrange(3, 500) for _ in range(9)], other, first, first]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft) -> None:
+    """Greedy and seeded sampling: every request of a session equals the same request with the
+    cache off (reuse=False on an engine of its own), and the hits keep what they should."""
+    rng = random.Random(1)
+    cached = build(mode, tiny_target, tiny_draft, PromptStore(64 << 20))
+    cold = build(mode, tiny_target, tiny_draft, None)
+    for params in (SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=7)):
+        kept = []
+        for prompt in session(rng):
+            want, _ = run(cold, prompt, params=params, reuse=False)
+            got, stats = run(cached, prompt, params=params)
+            assert got == want, (mode, params, len(kept))
+            kept.append(stats.cached_tokens)
+        # edited keeps the 50 shared tokens; the next turn all of edited; `other` shares nothing;
+        # the first file comes back from the store; the identical prompt all but its last token
+        assert kept[1] == 50 and kept[2] >= 62 and kept[3] == 0 and kept[4] == 59 and kept[5] == 59, kept
+
+
+def test_a_chat_turn_keeps_the_last_answer(tiny_target) -> None:
+    """The KV covers the output too: a turn that quotes the last answer whole reuses it."""
+    engine = AutoregressiveEngine(tiny_target, LEN)
+    prompt = [5, 9, 14, 3, 22, 71, 8]
+    out, _ = run(engine, prompt)
+    assert len(out) == 16
+    again, stats = run(engine, prompt + out + [40, 41])
+    assert stats.cached_tokens == len(prompt) + len(out) - 1  # the last token's KV was never computed
+    assert again == run(AutoregressiveEngine(tiny_target, LEN), prompt + out + [40, 41])[0]
+
+
+@pytest.mark.parametrize("mode", ("ar", "tree"))
+def test_reuse_off_prefills_everything_and_warmup_only_fills(mode, tiny_target, tiny_draft) -> None:
+    engine = build(mode, tiny_target, tiny_draft, PromptStore(64 << 20))
+    prompt = list(range(10, 70))
+    out, stats = run(engine, prompt, n=0)  # llama.vim's warm-up: n_predict 0
+    assert out == [] and stats.new_tokens == 0
+    _, stats = run(engine, prompt, reuse=False)  # cache_prompt: false
+    assert stats.cached_tokens == 0
+    _, stats = run(engine, prompt)
+    assert stats.cached_tokens == len(prompt) - 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_prefill_stops_between_chunks_and_the_engine_goes_on(mode, tiny_target, tiny_draft, monkeypatch) -> None:
+    """should_stop is asked between prefill chunks: a request stopped there yields nothing, and
+    the chunks it did compute serve the next request, whose tokens are a cold prefill's."""
+    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 16)
+    engine = build(mode, tiny_target, tiny_draft, None)
+    prompt = list(range(30, 130))
+    asked = []
+    out, _ = run(engine, prompt, should_stop=lambda: asked.append(1) or len(asked) > 3)
+    assert out == [] and len(asked) == 4
+    got, stats = run(engine, prompt)
+    assert stats.cached_tokens == 48  # the three chunks done before the stop
+    assert got == run(build(mode, tiny_target, tiny_draft, None), prompt, reuse=False)[0]
+
+
+def cache_of(tokens: int) -> KVCache:
+    cache = KVCache(2, 64, 1, 4, torch.float32)
+    cache.k.normal_(), cache.v.normal_()
+    return cache
+
+
+def test_the_store_evicts_the_least_recently_used_within_its_bound() -> None:
+    cache = cache_of(64)
+    per_token = 2 * cache.k[:, :1].nbytes
+    store = PromptStore(100 * per_token)
+    a, b, c = [1] * 40, [2] * 40, [3] * 40
+    store.save(a, cache)
+    store.save(b, cache)
+    hit = store.match(np.array(a + [9]))
+    assert hit.length == 40
+    store.load(hit, cache)  # a is used again: b is now the older
+    store.save(c, cache)
+    assert {int(e.tokens[0]) for e in store.entries} == {1, 3} and store.nbytes <= store.budget_bytes
+    assert store.stats.evicted == 1 and store.match(np.array(b)).entry is None
+
+
+def test_the_store_keeps_one_entry_per_conversation_and_copies_exactly() -> None:
+    cache = cache_of(64)
+    store = PromptStore(1 << 20)
+    turn = list(range(100, 130))
+    store.save(turn[:20], cache)
+    store.save(turn, cache)  # the next turn begins with the last: one entry, the longer
+    store.save(turn[:25], cache)  # begins a stored text: nothing new
+    assert len(store.entries) == 1 and store.entries[0].tokens.size == 30
+    match = store.match(np.array(turn[:28] + [7]))
+    assert match.length == 28
+    other = cache_of(64)
+    store.load(match, other)
+    assert torch.equal(other.k[:, :28], cache.k[:, :28]) and torch.equal(other.v[:, :28], cache.v[:, :28])
+    assert store.stats.hits == 1 and store.stats.lookups == 1
+    assert common_prefix(np.array([1, 2, 3]), np.array([1, 2])) == 2 and common_prefix(np.array([4]), np.array([5])) == 0
+    store.save([1] * 5, cache)  # too short to be worth a copy
+    assert len(store.entries) == 1
