@@ -82,6 +82,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = T
                         help="async: seconds a decode round may take before a worker counts as hung "
                              "(0 = a few seconds past the profiled round; a request's first round gets more, "
                              "by prompt length)")
+    parser.add_argument("--prompt-cache-mb", type=int, default=EngineConfig().prompt_cache_mb,
+                        help="MiB of earlier prompts' and answers' KV kept for later requests that share a prefix, "
+                             "least recently used out first (default -1: an eighth of the free memory, at most "
+                             "4096; 0: only the last request's, in the live cache)")
     for f in dataclasses.fields(TreeConfig):
         kind = {"action": argparse.BooleanOptionalAction} if isinstance(f.default, bool) else {"type": int}
         parser.add_argument(_flag(f.name), default=None, help=f"{_TREE_HELP[f.name]} (default {f.default})", **kind)
@@ -144,4 +148,5 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
         auto=auto,
         worker_timeout=args.worker_timeout,
         remote=remote,
+        prompt_cache_mb=args.prompt_cache_mb,
     )
