@@ -37,6 +37,9 @@ class TreeConfig:
     lookup_tokens: int = 8  # most tokens of one lookup candidate
     lookup_branches: int = 3  # most distinct continuations grafted per lookup
     lookup_ngram: int = 4  # longest n-gram matched against the prompt and output (down to 1)
+    # prompt lookup also reads the last request's text past the prefix this one shares (the prompt
+    # cache's: an editor's last suggestion, which the user may be typing now)
+    lookup_earlier: bool = True
     # prompt tokens the draft model reads (its first SINK_TOKENS and the last ones; 0 = all): on a long
     # prompt the draft's own prefill would cost more decode time than its better guesses save
     draft_context: int = 256
@@ -46,7 +49,7 @@ class TreeConfig:
                      "lookup_branches", "lookup_ngram"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("adaptive", "adaptive_verify", "lookup"):
+        for name in ("adaptive", "adaptive_verify", "lookup", "lookup_earlier"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"tree setting {name} must be True or False, got {getattr(self, name)!r}")
         if self.depth < 0:
@@ -162,6 +165,9 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     max_prompt_tokens: int = 0  # 0 = the engine's context length - 1
     served_model_name: str = "swiftspec"  # the `model` that requests must name
+    max_prefill_s: float = 60.0  # refuse a prompt whose prefill would take longer, at the measured rate (0 = off)
+    shutdown_grace_s: float = 5.0  # SIGTERM: running requests may finish for this long, then end with an error
+    body_timeout_s: float = 30.0  # a request body not read in full within this long gets 408
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -173,6 +179,11 @@ class ServerConfig:
         for name in ("max_queue", "max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"server setting {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_prefill_s", "shutdown_grace_s"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"server setting {name} must be >= 0, got {getattr(self, name)}")
+        if not self.body_timeout_s > 0:
+            raise ConfigError(f"server setting body_timeout_s must be > 0, got {self.body_timeout_s}")
         if self.max_prompt_tokens < 0:
             raise ConfigError(f"max_prompt_tokens must be >= 0, got {self.max_prompt_tokens}")
         if not self.served_model_name:

@@ -25,6 +25,8 @@ _TREE_HELP = {
     "lookup_tokens": "most tokens of one prompt-lookup candidate",
     "lookup_branches": "most distinct prompt-lookup continuations per round",
     "lookup_ngram": "longest n-gram that prompt lookup matches",
+    "lookup_earlier": "prompt lookup also reads the last request's text that this prompt does not repeat "
+                      "(an editor's last suggestion)",
     "draft_context": "prompt tokens the draft model reads: the first few and the last ones (0 = the whole prompt)",
 }
 SPECULATIVE = ("chain", "tree", "async")
@@ -39,7 +41,7 @@ FLAG_MODES: dict[str, tuple[str, ...]] = {
     "topk": ("tree", "async"), "adaptive": ("tree",), "adaptive_verify": ("tree", "async"),
     "target_tp": ("async",), "draft_tp": ("async",), "draft_cores": ("async",),
     "lookup": ("tree", "async"), "lookup_tokens": ("tree", "async"), "lookup_branches": ("tree", "async"),
-    "lookup_ngram": ("tree", "async"), "draft_context": SPECULATIVE,
+    "lookup_ngram": ("tree", "async"), "lookup_earlier": ("tree", "async"), "draft_context": SPECULATIVE,
 }
 
 

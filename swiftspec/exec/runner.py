@@ -39,6 +39,7 @@ class ModelRunner:
         """store: earlier texts' KV for later prompts (None: only the live cache's text is kept)."""
         self.model = model
         self.store = store
+        self.dropped: list[int] = []  # the last text's tokens past what the latest prefill kept (it overwrote them)
         self.cache: KVCache = model.new_cache(max_len)
         self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
@@ -80,7 +81,9 @@ class ModelRunner:
         """Start a request's text: keep the KV of the longest prefix of `prompt` that the live cache
         or the store holds (reuse=False: none), compute the rest.  stop() is asked between chunks;
         once it says True the prefill ends there, returning None (the chunks done stay cached)."""
+        before = list(self.kv.text)
         kept = self._keep(prompt) if reuse else self._drop()
+        self.dropped = before[kept:]
         rest = prompt[kept:]
         while len(rest) > PREFILL_CHUNK:
             if stop is not None and stop():
@@ -90,6 +93,15 @@ class ModelRunner:
         if stop is not None and stop():
             return None
         return Prefill(self._append(rest, logits=True), kept)
+
+    def cached_prefix(self, prompt: list[int]) -> int:
+        """How many leading prompt tokens a prefill would keep, found without changing anything (from
+        another thread while this runner works, an estimate: the texts may be changing)."""
+        ids = np.asarray(prompt, dtype=np.int64)
+        found = common_prefix(np.asarray(list(self.kv.text), dtype=np.int64), ids)
+        for entry in list(self.store.entries) if self.store is not None else ():
+            found = max(found, common_prefix(entry.tokens, ids))
+        return max(0, min(found, len(prompt) - 1))
 
     def _keep(self, prompt: list[int]) -> int:
         """Put the KV of prompt's longest cached prefix (all but its last token at most) in slots

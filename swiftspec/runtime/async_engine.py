@@ -133,6 +133,9 @@ class AsyncEngine:
     def prompt_store(self) -> PromptStore | None:
         return self.verifier.runner.store
 
+    def cached_prefix(self, prompt: list[int]) -> int:
+        return self.verifier.runner.cached_prefix(prompt) if self.followers is None else 0
+
     @property
     def depth(self) -> int:
         return self.profile.depth

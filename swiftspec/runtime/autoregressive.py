@@ -41,6 +41,9 @@ class AutoregressiveEngine:
     def prompt_store(self) -> PromptStore | None:
         return self.runner.store
 
+    def cached_prefix(self, prompt: list[int]) -> int:
+        return self.runner.cached_prefix(prompt)
+
     def _run(self, req: RequestState, prompt: list[int], params: SamplingParams) -> Rounds:
         params = with_seed(params)  # its draws (sampling.Draws)
         draws = Draws.for_request(params)

@@ -106,6 +106,11 @@ class Engine(Protocol):
         """The target's store of earlier texts' KV (the prompt cache beyond the live text), if any."""
         ...
 
+    def cached_prefix(self, prompt: list[int]) -> int:
+        """Leading prompt tokens whose target KV the prompt cache holds now (safe to ask from another
+        thread while a request runs: then an estimate)."""
+        ...
+
 
 def token_budget(prompt_len: int, max_new_tokens: int, max_seq_len: int) -> int:
     """The most tokens a request may emit: what it asks for, within what the context leaves."""

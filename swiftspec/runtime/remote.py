@@ -120,6 +120,9 @@ class RemoteEngine:
         """The store of the engine that serves now (the async session's while one is linked)."""
         return (self.session or self.ar).prompt_store
 
+    def cached_prefix(self, prompt: list[int]) -> int:
+        return (self.session or self.ar).cached_prefix(prompt)
+
     def generate(self, prompt: list[int], params: SamplingParams, max_new_tokens: int,
                  should_stop: Callable[[], bool] | None = None, reuse: bool = True) -> Generation:
         """async while a draft host is linked, else ar; bad input raises UserError here, before

@@ -85,6 +85,9 @@ class SerialEngine:
     def prompt_store(self) -> PromptStore | None:
         return self.target.runner.store
 
+    def cached_prefix(self, prompt: list[int]) -> int:
+        return self.target.runner.cached_prefix(prompt)
+
     def _run(self, req: RequestState, prompt: list[int], params: SamplingParams, depth: int,
              costs: RoundCosts) -> Rounds:
         """The request's rounds at d = depth; each round reads and updates `costs`."""

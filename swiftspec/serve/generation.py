@@ -126,11 +126,22 @@ class Service:
         return min(self.config.max_prompt_tokens or self.engine.max_seq_len, self.engine.max_seq_len - 1)
 
     def check_prompt(self, prompt: list[int], where: str) -> None:
+        """The prompt fits the context, and its prefill (the tokens the prompt cache lacks, at the
+        rate measured here) fits --max-prefill-s."""
         if not prompt:
             raise APIError(400, "the prompt is empty", param=where, code="invalid_value")
         if len(prompt) > self.prompt_limit:
             raise APIError(400, f"the prompt has {len(prompt)} tokens; this server accepts at most "
                            f"{self.prompt_limit}", param=where, code="context_length_exceeded")
+        limit, pace = self.config.max_prefill_s, self.scheduler.pace
+        if limit <= 0 or pace.prefill_token_s <= 0:
+            return
+        cached = getattr(self.engine, "cached_prefix", lambda _: 0)(prompt)
+        seconds = pace.prefill_s(len(prompt) - cached)
+        if seconds > limit:
+            raise APIError(400, f"the prompt has {len(prompt)} tokens ({cached} cached); at the "
+                           f"{1 / pace.prefill_token_s:.0f} tokens/s this server prefills, that takes ~{seconds:.0f} s, "
+                           f"over its limit of {limit:g} s (--max-prefill-s)", param=where, code="prefill_too_long")
 
     def token_limit(self, asked: int | None, param: str) -> int:
         """The new tokens a request asked for (None: the cap), refused above the server's cap."""

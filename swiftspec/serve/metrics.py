@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swiftspec.errors import EngineFault, UserError
-from swiftspec.serve.scheduler import Job, JobEnd
+from swiftspec.serve.scheduler import Job, JobEnd, Running
 
 if TYPE_CHECKING:
     from swiftspec.cache.prompt_store import PromptStore
@@ -46,6 +46,12 @@ class ServerMetrics:
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Read the queue depth gauge from `depth()` at every scrape."""
         self.queue.set_function(depth)
+
+    def watch_running(self, running: Callable[[], "Running | None"]) -> None:
+        """The running job's age (0 when idle), read at every scrape."""
+        gauge = Gauge("swiftspec_running_job_age_seconds", "Seconds the running job has held the engine",
+                      registry=self.registry)
+        gauge.set_function(lambda: 0.0 if running() is None else running().age_s)
 
     def watch_store(self, store: Callable[[], "PromptStore | None"]) -> None:
         """Gauges of the prompt cache's store (the engine's, read at every scrape; 0 without one)."""

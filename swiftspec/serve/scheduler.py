@@ -3,9 +3,10 @@
 The engine decodes one stream at a time and is not thread-safe, so every request becomes a Job
 that waits in a bounded FIFO; the worker runs jobs in arrival order and hands each round's
 tokens back to the request's event loop. Setting a job's `stop` event ends it within one round.
-The worker thread also builds the engine (the server answers meanwhile, `health` STARTING) and keeps
-it healthy: after a worker fault (EngineFault) it restarts the engine before the next job, so
-waiting jobs are served by fresh workers.
+The worker thread also builds the engine (the server answers meanwhile, `health` STARTING), times
+one probe prefill (serve/pace.py) and keeps it healthy: after a worker fault (EngineFault) it
+restarts the engine before the next job, so waiting jobs are served by fresh workers.  At shutdown,
+drain() stops admitting, lets the jobs run for a grace, then ends them with an error.
 """
 
 from __future__ import annotations
@@ -21,14 +22,29 @@ from typing import AsyncIterator, Callable
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
+from swiftspec.serve.pace import Pace, probe_prefill
 
 log = logging.getLogger(__name__)
 IDLE_CHECK_S = 1.0  # an idle worker thread asks the engine this often whether a worker failed
-STARTING, OK, DEGRADED = "starting", "ok", "degraded"  # Scheduler.health
+STARTING, OK, DEGRADED, STOPPING = "starting", "ok", "degraded", "stopping"  # Scheduler.health
+PREFILL, DECODE = "prefill", "decode"  # the running job's phase
 
 
 class QueueFull(Exception):
     """The FIFO already holds max_queue waiting requests."""
+
+
+class ShuttingDown(EngineFault):
+    """The server is stopping: it takes no new request, and ends those still running after its grace."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """The job holding the engine, as /health and /metrics report it."""
+
+    age_s: float  # since it started running
+    phase: str  # PREFILL (no token yet) | DECODE
+    late: bool  # it has held the engine far longer than its size should take (Pace.late_after_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +73,8 @@ class Job:
     arrived: float = field(default_factory=time.perf_counter)
     end: JobEnd | None = None  # set once `rounds` is exhausted
     cached_tokens: int = 0  # prompt tokens whose KV the prompt cache held: set by the worker with the first round
+    started: float | None = None  # perf_counter() when the worker took it, and at its first round
+    first_round: float | None = None
 
     async def rounds(self) -> AsyncIterator[list[int]]:
         """Each round's tokens as they come; re-raises the engine's error at the end."""
@@ -103,6 +121,33 @@ class Scheduler:
         self._thread = threading.Thread(target=self._work, name="swiftspec-engine", daemon=True)
         self.health = STARTING  # until the engine is built; then OK, or DEGRADED from a fault until it recovers
         self._restart_failed = False
+        self.pace = Pace()  # measured seconds per prompt token and per decoded token
+        self._draining = False  # drain(): no new jobs
+        self._cut_off = False  # ... and past its grace: the jobs still running end with ShuttingDown
+
+    def running(self) -> Running | None:
+        """The job holding the engine now, if any (read from any thread)."""
+        job = self._running
+        if job is None or job.started is None:
+            return None
+        age = time.perf_counter() - job.started
+        late = age > self.pace.late_after_s(len(job.prompt) - job.cached_tokens, job.max_new_tokens)
+        return Running(age_s=age, phase=PREFILL if job.first_round is None else DECODE, late=late)
+
+    def drain(self, grace_s: float) -> None:
+        """Shutdown begins: refuse new jobs; after grace_s seconds stop the running job (it ends with
+        ShuttingDown, so its stream gets an error event) and fail the waiting ones."""
+        self._draining, self.health = True, STOPPING
+        timer = threading.Timer(grace_s, self._cut)
+        timer.daemon = True
+        timer.start()
+
+    def _cut(self) -> None:
+        with self._cond:
+            self._cut_off = True
+            if self._running is not None:
+                self._running.stop.set()
+        self._fail_waiting(ShuttingDown("the server is shutting down"))
 
     @property
     def waiting(self) -> int:
@@ -128,7 +173,9 @@ class Scheduler:
         """Queue a job at the back of the FIFO; raises QueueFull when max_queue jobs already wait."""
         job = Job(request_id, prompt, params, max_new_tokens, asyncio.get_running_loop(), reuse=reuse)
         with self._cond:
-            if self._closed or len(self._waiting) >= self._max_queue:
+            if self._draining or self._closed:
+                raise ShuttingDown("the server is shutting down")
+            if len(self._waiting) >= self._max_queue:
                 raise QueueFull
             self._waiting.append(job)
             log.debug("queued %s (%d waiting)", request_id, len(self._waiting))
@@ -157,7 +204,7 @@ class Scheduler:
                     self._cond.wait(IDLE_CHECK_S)
                 if self._closed:
                     return None
-                if self._waiting and self.health == OK and self.engine.fault is None:
+                if self._waiting and self.health in (OK, STOPPING) and self.engine.fault is None:
                     self._running = self._waiting.popleft()
                     return self._running
                 retry = bool(self._waiting) or not self._restart_failed
@@ -177,7 +224,7 @@ class Scheduler:
             return
         if restarted:
             self._hooks.on_restart()
-        self.health, self._restart_failed = OK, False
+        self.health, self._restart_failed = STOPPING if self._draining else OK, False
 
     def _fail_waiting(self, error: Exception) -> None:
         with self._cond:
@@ -195,6 +242,10 @@ class Scheduler:
             log.error("the engine did not start: %s", exc)
             self._hooks.on_start_error(exc)
             return
+        try:  # before health turns ok: admission has a rate from the first request on
+            self.pace.prefill_token_s = probe_prefill(self.engine)
+        except Exception as exc:  # noqa: BLE001 - admission then waits for measured requests
+            log.warning("the start-up prefill probe failed: %s", exc)
         self._recover()
         while (job := self._next()) is not None:
             if job.stop.is_set():  # cancelled between its stop flag and its removal from the queue
@@ -208,16 +259,20 @@ class Scheduler:
         log.debug("started %s", job.request_id)
         error: Exception | None = None
         stats, count, first, last = GenerationStats(), 0, None, 0.0
+        job.started = time.perf_counter()
         try:
             generation = self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set, job.reuse)
             for ids in generation:
                 last = time.perf_counter()
-                first = last if first is None else first
+                first = job.first_round = last if first is None else first
                 count += len(ids)
                 job.cached_tokens = generation.stats.cached_tokens  # known from the prefill on
                 job.deliver(list(ids))
             stats = generation.stats
-            job.cached_tokens = stats.cached_tokens  # this job's own; an error leaves the empty stats
+            job.cached_tokens = stats.cached_tokens
+            self.pace.observe(stats)
+            if self._cut_off:
+                error = ShuttingDown("the server is shutting down: this request was cut off after its grace")  # this job's own; an error leaves the empty stats
         except (UserError, EngineFault) as exc:  # one line says it all
             error = exc
             if isinstance(exc, EngineFault):

@@ -9,6 +9,7 @@ answers 503, and the server restarts the workers.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import hmac
@@ -47,9 +48,13 @@ from swiftspec.serve.openai_protocol import (
 )
 from swiftspec.serve.scheduler import DEGRADED, OK, Hooks, Scheduler
 
+BUSY = "busy"  # /health: serving, but the running job is far past its expected time
+SHUTDOWN_SLACK_S = 2.0  # uvicorn closes connections this long after the drain's grace: the error events go out first
+
 log = logging.getLogger(__name__)
 
-ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/infill", "/v1/models", "/health", "/metrics"})
+ENDPOINTS = frozenset({"/v1/completions", "/v1/chat/completions", "/infill", "/v1/models", "/health",
+                       "/health/ready", "/metrics"})
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
@@ -63,6 +68,7 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
     scheduler = Scheduler(load, config.max_queue, hooks)
     metrics.watch_queue(lambda: scheduler.waiting)
     metrics.watch_store(lambda: getattr(scheduler.engine, "prompt_store", None))
+    metrics.watch_running(scheduler.running)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -80,6 +86,7 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     app.add_api_route("/health", _health, methods=["GET"])
+    app.add_api_route("/health/ready", _ready, methods=["GET"])
     auth = [Depends(_require_key)]
     app.add_api_route("/v1/models", _models, methods=["GET"], dependencies=auth)
     app.add_api_route("/metrics", _metrics, methods=["GET"], dependencies=auth)
@@ -90,13 +97,26 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
 
 
 async def _health(request: Request) -> JSONResponse:
-    """starting | ok | degraded (a worker failed; restarting): 200 only for ok, so a supervisor can act.
-    A target host serving without its draft host (runtime/remote.py) is degraded but serving: 200."""
+    """starting | ok | degraded (a worker failed; restarting) | stopping: 200 only for ok, so a
+    supervisor can act.  A target host serving without its draft host (runtime/remote.py) is
+    degraded but serving: 200.  busy (200): serving, but the running job has held the engine far
+    longer than its size should take (a long prefill): its age and phase say so."""
     scheduler = request.app.state.service.scheduler
     why = getattr(scheduler.engine, "degraded", None) if scheduler.health == OK else None
     if why:
         return JSONResponse({"status": DEGRADED, "reason": why}, status_code=200)
+    running = scheduler.running() if scheduler.health == OK else None
+    if running is not None and running.late:
+        return JSONResponse({"status": BUSY, "phase": running.phase, "job_age_s": round(running.age_s, 1),
+                             "waiting": scheduler.waiting}, status_code=200)
     return JSONResponse({"status": scheduler.health}, status_code=200 if scheduler.health == OK else 503)
+
+
+async def _ready(request: Request) -> JSONResponse:
+    """Readiness: 200 while a new request would start soon (ok, and not busy), else 503."""
+    response = await _health(request)
+    status = json.loads(response.body)["status"]
+    return JSONResponse({"ready": status == OK, "status": status}, status_code=200 if status == OK else 503)
 
 
 async def _models(request: Request) -> dict:
@@ -145,10 +165,14 @@ async def _read_request(request: Request, model: type[RequestT], max_bytes: int)
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > max_bytes:
-            raise _too_large(max_bytes)
+    try:
+        async with asyncio.timeout(request.app.state.service.config.body_timeout_s):
+            async for part in request.stream():
+                body += part
+                if len(body) > max_bytes:
+                    raise _too_large(max_bytes)
+    except TimeoutError:
+        raise APIError(408, "the request body did not arrive in time", code="request_timeout") from None
     try:
         data = json.loads(body.decode("utf-8"))
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates ("\ud800") are not text
@@ -208,6 +232,11 @@ _FLAG_HELP = {
     "max_body_bytes": "largest request body; larger ones get 413",
     "max_prompt_tokens": "longest prompt in tokens (0 = the context length - 1)",
     "served_model_name": "the model name clients send (default: the --model's file or directory name)",
+    "max_prefill_s": "refuse (400) a prompt whose prefill would take longer than this many seconds at the "
+                     "prefill rate measured here, its cached prefix aside (0 = no limit)",
+    "shutdown_grace_s": "on SIGTERM, running requests may finish for this long; then each ends with an error "
+                        "(a stream with an error event and [DONE])",
+    "body_timeout_s": "a request body not received in full within this many seconds gets 408",
 }
 
 
@@ -247,8 +276,9 @@ def run(config: ServerConfig, engine_config: EngineConfig) -> int:
         server.should_exit = True
 
     app = create_app(lambda: build_engine(resolve_defaults(engine_config)), config, start_failed)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, timeout_graceful_shutdown=5,
-                                           log_level="info"))
+    server = _DrainingServer(uvicorn.Config(app, host=config.host, port=config.port, log_level="info",
+                                            timeout_graceful_shutdown=config.shutdown_grace_s + SHUTDOWN_SLACK_S),
+                             app.state.service.scheduler, config.shutdown_grace_s)
     try:
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises Ctrl-C again once it has shut down
             server.run()
@@ -259,6 +289,21 @@ def run(config: ServerConfig, engine_config: EngineConfig) -> int:
     if failed:
         raise failed[0]
     return 0
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, whose first SIGTERM or Ctrl-C also starts the scheduler's drain: running
+    requests may finish for the grace, then end with an error event, before uvicorn's own grace
+    (SHUTDOWN_SLACK_S longer) would cut their connections."""
+
+    def __init__(self, config: uvicorn.Config, scheduler: Scheduler, grace_s: float) -> None:
+        super().__init__(config)
+        self._scheduler, self._grace_s = scheduler, grace_s
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        if not self.should_exit:
+            self._scheduler.drain(self._grace_s)
+        super().handle_exit(sig, frame)
 
 
 def _terminated(signum: int, frame: object) -> None:

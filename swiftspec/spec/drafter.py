@@ -86,8 +86,8 @@ class TreeDrafter:
         self.pending = []
         self.params = params
         self._set_root(len(prompt))
-        if self.lookup is not None:
-            self.lookup.start(prompt + [root])
+        if self.lookup is not None:  # the last text's part that the prompt does not repeat: earlier answers
+            self.lookup.start(prompt + [root], self.runner.dropped if self.cfg.lookup_earlier else [])
             self.tree = self.lookup.graft(self.tree, self.cfg.budget)
 
     def _set_root(self, position: int) -> None:

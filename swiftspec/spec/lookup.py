@@ -20,6 +20,9 @@ from swiftspec.spec.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, Ngra
 from swiftspec.tree import Reroot, Subtree, TokenTree, graft, new_tree, reroot, reweight, select_subtree
 
 
+EARLIER_TOKENS = 2048  # most tokens of earlier text a request's lookup indexes
+
+
 @dataclass(frozen=True, slots=True)
 class _Record:
     """A grafted node awaiting its outcome (tree indices of the current tree)."""
@@ -48,9 +51,11 @@ class PromptLookup:
         self.records: dict[int, _Record] = {}  # tree index -> record
         self.grafted = 0  # candidate tokens grafted since start-up (merged ones included)
 
-    def start(self, tokens: list[int]) -> None:
-        """A new request whose verified text so far is `tokens` (prompt, then the root)."""
-        self.index.reset(tokens)
+    def start(self, tokens: list[int], earlier: list[int] = ()) -> None:
+        """A new request whose verified text so far is `tokens` (prompt, then the root); `earlier`:
+        text of earlier requests that this one does not repeat (the last answer, say), indexed
+        before it, so that its continuations are candidates too."""
+        self.index.reset([*earlier[len(earlier) - EARLIER_TOKENS:], *tokens] if earlier else tokens)
         self.records = {}
 
     def graft(self, tree: TokenTree, budget: int) -> TokenTree:

@@ -3,6 +3,7 @@ the tiny engine, and a scripted engine whose output the text tests choose token 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -83,6 +84,11 @@ class LiveServer:
     @staticmethod
     def _start_failed(exc: Exception) -> None:
         raise AssertionError("the engine of a test server cannot fail to start") from exc
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the server runs on (in its own thread)."""
+        return self._server.servers[0].get_loop()
 
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True

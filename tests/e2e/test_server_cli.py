@@ -56,6 +56,37 @@ def test_swiftspec_serve_subprocess(tiny_qwen_dir: Path) -> None:
     assert rc == 0
 
 
+def test_sigterm_ends_streams_with_done_and_exits_within_the_grace(tiny_qwen_dir: Path) -> None:
+    cmd = [sys.executable, "-m", "swiftspec.cli", "serve", "--model", str(tiny_qwen_dir), "--mode", "ar",
+           "--device", "cpu", "--dtype", "float32", "--max-seq-len", "256", "--port", "0", "--shutdown-grace-s", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    log: list[str] = []
+    try:
+        url = None
+        for line in proc.stderr:
+            if m := re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line):
+                url = m.group(1)
+                break
+        reader = threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True)
+        reader.start()
+        assert url and _health_until_ok(url)[-1] == "ok"
+        body = {"model": tiny_qwen_dir.name, "prompt": "def add(a, b):", "max_tokens": 200, "stream": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            rest = [line for line in lines if line]
+        rc = proc.wait(timeout=30)
+        took = time.monotonic() - started
+        reader.join(timeout=5)
+    finally:
+        proc.kill()
+    assert rest[-1] == "data: [DONE]"  # finished in the grace, or ended with an error event first
+    assert rc == 0 and took < 1 + 3, (rc, took)
+    assert not any("Traceback" in line for line in log), "".join(log)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_async_serve_leaves_no_orphan(tiny_qwen_dir: Path, tiny_draft_dir: Path, sig: signal.Signals) -> None:
     cmd = [sys.executable, "-m", "swiftspec.cli", "serve", "--mode", "async", "--model", str(tiny_qwen_dir),

@@ -72,6 +72,16 @@ def test_lookup_grafts_scores_and_carries_nodes_over() -> None:
     assert lookup.index.tokens[-2:] == [6, 8]
 
 
+def test_earlier_text_is_indexed_before_the_prompt() -> None:
+    """The last request's answer, which the new prompt does not repeat, proposes its continuation."""
+    cfg = TreeConfig(lookup_tokens=3, lookup_branches=1)
+    lookup = PromptLookup(cfg)
+    lookup.start([9, 3, 1], earlier=[3, 1, 7, 8, 2])  # the earlier answer went on "7 8 2" after "3 1"
+    assert lookup.graft(new_tree(1), cfg.budget).tokens.tolist()[:4] == [1, 7, 8, 2]
+    lookup.start([9, 3, 1])
+    assert lookup.graft(new_tree(1), cfg.budget).tokens.tolist() == [1]
+
+
 def test_the_rates_carry_over_between_requests() -> None:
     """Sampled requests too: no token depends on the tree's shape (sampling.Draws)."""
     lookup = PromptLookup(TreeConfig())
