@@ -2,10 +2,10 @@
 caches on, interleaved request by request; report TTFT, total latency and prompt tokens read.
 
 Editor: llama.vim's /infill pattern on real third-party files (installed packages, not the repo's
-datasets): the prefix is the file's lines before the cursor (from the first line: the cursor stays
-within llama.vim's 256-line prefix window), `prompt` the cursor line's indentation, the suffix the
-rest of that line and 64 lines after it; each request moves the cursor one line down and asks for
-32 greedy tokens.  Chat: 8 turns through /v1/chat/completions, streamed, greedy, 96 tokens a turn.
+datasets): the user is typing the file's line at the cursor: the prefix is the lines before it (from
+the first line: the cursor stays within llama.vim's 256-line prefix window), `prompt` that line's
+indentation, the suffix the 64 lines after it; each request finds that line typed and the cursor one
+line down, and asks for 32 greedy tokens.  Chat: 8 turns through /v1/chat/completions, streamed, greedy, 96 tokens a turn.
 With --check-cold, each editor request is sent to our server again with cache_prompt false: the
 completions must be equal.
 
@@ -56,10 +56,12 @@ def find_file(relative: str) -> Path:
 
 
 def infill_body(lines: list[str], cursor: int, cache: bool = True) -> dict:
+    """The user is about to type line `cursor` (its indentation typed): the lines before it are the
+    prefix, the 64 after it the suffix; the next request finds that line typed, the cursor below."""
     line = lines[cursor]
     indent = line[: len(line) - len(line.lstrip())]
     return {"input_prefix": "".join(lines[max(0, cursor - N_PREFIX):cursor]), "prompt": indent,
-            "input_suffix": line[len(indent):] + "".join(lines[cursor + 1: cursor + 1 + N_SUFFIX]),
+            "input_suffix": "\n" + "".join(lines[cursor + 1: cursor + 1 + N_SUFFIX]),
             "input_extra": [], "n_predict": 32, "temperature": 0.0, "top_k": 1, "cache_prompt": cache,
             "stream": True, "t_max_predict_ms": 0, "samplers": ["top_k"]}
 

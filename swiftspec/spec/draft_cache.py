@@ -28,7 +28,7 @@ from swiftspec.config import LoadConfig, TreeConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
-from swiftspec.spec.drafter import TreeDrafter, build_drafter
+from swiftspec.spec.drafter import TreeDrafter, build_drafter, fim_focus
 from swiftspec.spec.vocab import TABLE_DIR
 from swiftspec.weights.bundled import cache_dir
 from swiftspec.weights.loaded import LoadedModel
@@ -139,7 +139,8 @@ def _read(entry: Path, path: Path, load: LoadConfig, cfg: TreeConfig, max_seq_le
         module = model.get_submodule(name)
         del module.weight
         module.weight = weight
-    return Draft(TreeDrafter(model.eval(), cfg, max_seq_len, vocab, head), LoadedModel(args, model, tokenizer, path))
+    drafter = TreeDrafter(model.eval(), cfg, max_seq_len, vocab, head, fim_focus(tokenizer))
+    return Draft(drafter, LoadedModel(args, model, tokenizer, path))
 
 
 def _packed(f, name: str, meta: dict) -> kernels.PackedWeight:  # f: an open safetensors file

@@ -26,6 +26,7 @@ from swiftspec import kernels
 from swiftspec.config import SINK_TOKENS, TreeConfig
 from swiftspec.exec.cuda_graph import attach
 from swiftspec.exec.runner import ModelRunner, causal_mask
+from swiftspec.fim import find_fim_tokens
 from swiftspec.kernels.packed import TILE_N
 from swiftspec.sampling import Draws, SamplingParams, draft_nucleus, sample_at
 from swiftspec.spec.lookup import PromptLookup
@@ -43,6 +44,7 @@ from swiftspec.tree import (
     select_subtree,
     topk_children,
 )
+from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.loaded import LoadedModel
 
 # The least chance the tree gives a sampled request's draft draw (tree.coupled_children): 0, so it
@@ -55,9 +57,11 @@ class TreeDrafter:
     """Owns the draft model's cache and the live token tree."""
 
     def __init__(self, model: torch.nn.Module, cfg: TreeConfig, max_seq_len: int,
-                 vocab: torch.Tensor | None = None, head: torch.Tensor | None = None) -> None:
-        """vocab [V'] sorted token ids and head [V', H] their LM-head rows: a pruned head."""
+                 vocab: torch.Tensor | None = None, head: torch.Tensor | None = None, focus: int | None = None) -> None:
+        """vocab [V'] sorted token ids and head [V', H] their LM-head rows: a pruned head.  focus: the
+        token (FIM's suffix marker) around whose last place a windowed draft context centres."""
         self.cfg = cfg
+        self.focus = focus
         self.runner = ModelRunner(model, max_seq_len + cfg.budget + 8, max_nodes=cfg.budget, head=head)
         self.vocab_map = None if vocab is None else vocab.to(self.runner.device)  # draft row -> token id
         self.pruned = (self.vocab_map, head)
@@ -81,7 +85,7 @@ class TreeDrafter:
             self.text = _Text(self.inside)
             self.text.add(prompt + [root])
             self._use_pruned(self.text.covered)
-        self.runner.prefill(context_window(prompt, self.cfg.draft_context))
+        self.runner.prefill(context_window(prompt, self.cfg.draft_context, self.focus))
         self.tree = new_tree(root, self.runner.device)
         self.pending = []
         self.params = params
@@ -205,14 +209,23 @@ class TreeDrafter:
             self.tree = self.lookup.graft(self.tree, self.cfg.budget)
 
 
-def context_window(prompt: list[int], size: int) -> list[int]:
+def context_window(prompt: list[int], size: int, focus: int | None = None) -> list[int]:
     """The prompt tokens the draft reads: all of them when size is 0 or the prompt fits, else the
     first SINK_TOKENS and the last size - SINK_TOKENS, at consecutive positions (as StreamingLLM
-    places a window behind its attention sinks).  The draft only proposes tokens: what it reads
-    never changes the output, only how many proposals the target accepts."""
+    places a window behind its attention sinks).  A prompt holding the `focus` token (a FIM
+    prompt's suffix marker: the cursor is just before it) keeps instead the tokens before its last
+    focus, then the focus and the start of what follows it (a quarter of the window), then the
+    prompt's last token: the text around the cursor, where a FIM prompt's end is far from it.  The
+    draft only proposes tokens: what it reads never changes the output, only how many proposals
+    the target accepts."""
     if size == 0 or len(prompt) <= size:
         return prompt
-    return prompt[:SINK_TOKENS] + prompt[len(prompt) - (size - SINK_TOKENS):]
+    room = size - SINK_TOKENS
+    at = len(prompt) - 1 - prompt[::-1].index(focus) if focus is not None and focus in prompt[SINK_TOKENS:-1] else -1
+    if at < SINK_TOKENS:
+        return prompt[:SINK_TOKENS] + prompt[len(prompt) - room:]
+    after = prompt[at:-1][: room // 4] + prompt[-1:]
+    return prompt[:SINK_TOKENS] + prompt[max(SINK_TOKENS, at - (room - len(after))):at] + after
 
 
 class _Text:
@@ -264,4 +277,10 @@ def build_drafter(draft: LoadedModel, cfg: TreeConfig, max_seq_len: int, draft_v
         head = dense[vocab.to(dense.device)].contiguous()  # [V', H]
     kernels.prepare_model_(model, weights)  # the full head too: requests outside the pruned vocabulary use it
     head = None if head is None else kernels.prepare_weight(head, weights)
-    return TreeDrafter(model, cfg, max_seq_len, vocab, head)
+    return TreeDrafter(model, cfg, max_seq_len, vocab, head, fim_focus(draft.tokenizer))
+
+
+def fim_focus(tokenizer: Tokenizer) -> int | None:
+    """The FIM suffix marker a windowed draft context centres on (None: the model has no FIM tokens)."""
+    tokens = find_fim_tokens(tokenizer)
+    return None if tokens is None else tokens.suffix

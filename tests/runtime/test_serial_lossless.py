@@ -55,6 +55,17 @@ def test_context_window_keeps_the_sinks_and_the_last_tokens() -> None:
         TreeConfig(draft_context=4)
 
 
+def test_a_fim_prompt_windows_the_text_around_the_cursor() -> None:
+    """With a focus token (FIM's suffix marker), the window keeps the sinks, the tokens before the
+    marker, the marker and the start of the suffix, and the prompt's last token (FIM's middle)."""
+    prompt = list(range(100, 400)) + [1]  # 1: the last token, after the suffix
+    prompt[250] = 7  # the suffix marker: the cursor sits before it
+    window = context_window(prompt, 40, focus=7)
+    assert window == prompt[:4] + prompt[224:250] + [7] + prompt[251:259] + [1] and len(window) == 40
+    assert context_window(prompt, 40, focus=8) == context_window(prompt, 40)  # no marker: the plain window
+    assert context_window(prompt, 0, focus=7) == prompt
+
+
 def test_windowed_draft_context_stays_token_exact_and_reads_the_window(tiny_target, tiny_draft) -> None:
     """A 200-token prompt with draft_context 16: the draft prefills 16 tokens (the first 4 and the
     last 12), prompt lookup still reads the whole prompt, and greedy output equals ar's."""
