@@ -31,6 +31,7 @@ from swiftspec.kernels.packed import TILE_N
 from swiftspec.sampling import Draws, SamplingParams, draft_nucleus, sample_at
 from swiftspec.spec.lookup import PromptLookup
 from swiftspec.spec.vocab import MAX_EXTRA_ROWS, TEXT_SLACK, pruned_vocab
+from swiftspec.tokenizer import Tokenizer
 from swiftspec.tree import (
     Subtree,
     TokenTree,
@@ -44,7 +45,6 @@ from swiftspec.tree import (
     select_subtree,
     topk_children,
 )
-from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.loaded import LoadedModel
 
 # The least chance the tree gives a sampled request's draft draw (tree.coupled_children): 0, so it
