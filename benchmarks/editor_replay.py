@@ -3,7 +3,7 @@ caches on, interleaved request by request; report TTFT, total latency and prompt
 
 Editor: llama.vim's /infill pattern on real third-party files (installed packages, not the repo's
 datasets): the user is typing the file's line at the cursor: the prefix is the lines before it (from
-the first line: the cursor stays within llama.vim's 256-line prefix window), `prompt` that line's
+the first line: the cursor stays within llama.vim's 256-line prefix window) and that line's
 indentation, the suffix the 64 lines after it; each request finds that line typed and the cursor one
 line down, and asks for 32 greedy tokens.  Chat: 8 turns through /v1/chat/completions, streamed, greedy, 96 tokens a turn.
 With --check-cold, each editor request is sent to our server again with cache_prompt false: the
@@ -60,16 +60,28 @@ def infill_body(lines: list[str], cursor: int, cache: bool = True) -> dict:
     prefix, the 64 after it the suffix; the next request finds that line typed, the cursor below."""
     line = lines[cursor]
     indent = line[: len(line) - len(line.lstrip())]
-    return {"input_prefix": "".join(lines[max(0, cursor - N_PREFIX):cursor]), "prompt": indent,
+    # the typed indentation ends the prefix: ik_llama.cpp's /infill runs a non-empty `prompt` as a
+    # completion task of its own, which overwrites its slot's cache (llama.vim's own server would not)
+    return {"input_prefix": "".join(lines[max(0, cursor - N_PREFIX):cursor]) + indent, "prompt": "",
             "input_suffix": "\n" + "".join(lines[cursor + 1: cursor + 1 + N_SUFFIX]),
-            "input_extra": [], "n_predict": 32, "temperature": 0.0, "top_k": 1, "cache_prompt": cache,
-            "stream": True, "t_max_predict_ms": 0, "samplers": ["top_k"]}
+            "input_extra": [], "n_predict": 32, "temperature": 0.0, "cache_prompt": cache,
+            "stream": True, "t_max_predict_ms": 0}
 
 
-def stream_infill(url: str, body: dict) -> tuple[float, float, str, dict]:
+def as_completion(body: dict) -> dict:
+    """The same FIM prompt for llama-server's /completion, spelled out as llama.cpp's /infill (and
+    ours) lays it out for Qwen2.5-Coder: ik_llama.cpp's /infill answers with empty content."""
+    prompt = (f"<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>{body['input_prefix']}{body['prompt']}"
+              f"<|fim_suffix|>{body['input_suffix']}<|fim_middle|>")
+    keep = ("n_predict", "temperature", "cache_prompt", "stream")
+    return {"prompt": prompt, **{k: body[k] for k in keep}}
+
+
+def stream_infill(url: str, body: dict, peer: bool = False) -> tuple[float, float, str, dict]:
     start = time.perf_counter()
     first, text, last = None, [], {}
-    with httpx.stream("POST", url + "/infill", json=body, timeout=600) as r:
+    path, body = ("/completion", as_completion(body)) if peer else ("/infill", body)
+    with httpx.stream("POST", url + path, json=body, timeout=600) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -85,7 +97,7 @@ def stream_infill(url: str, body: dict) -> tuple[float, float, str, dict]:
 
 
 def stream_chat(url: str, messages: list[dict]) -> tuple[float, float, str, dict]:
-    body = {"model": "any", "messages": messages, "max_tokens": 96, "temperature": 0, "stream": True,
+    body = {"messages": messages, "max_tokens": 96, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     first, text, usage = None, [], {}
@@ -120,12 +132,12 @@ def start_ours(args: argparse.Namespace, port: int) -> subprocess.Popen:
 
 def start_peer(args: argparse.Namespace, port: int) -> subprocess.Popen:
     from swiftspec.bench.peers_llamacpp import IK_FLAGS, ik_llama_server
-    from swiftspec.weights.bundled import DEFAULT_TARGET, model_path
+    from swiftspec.weights.bundled import BUNDLED, DEFAULT_TARGET, cache_dir, model_path
 
     binary = args.llama_server or ik_llama_server()
     if binary is None:
         raise SystemExit("no llama-server: run `make install-ikllama` or pass --llama-server")
-    cmd = [binary, "-m", str(model_path(DEFAULT_TARGET)), "--host", "127.0.0.1", "--port", str(port),
+    cmd = [binary, "-m", str(model_path(BUNDLED[DEFAULT_TARGET], cache_dir())), "--host", "127.0.0.1", "--port", str(port),
            "-t", str(os.cpu_count()), "-tb", str(os.cpu_count()), "-c", "8192", "-np", "1", *IK_FLAGS]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(args.out / "peer.log", "w"))
 
@@ -153,7 +165,7 @@ def replay(args: argparse.Namespace, servers: dict[str, str]) -> list[Row]:
             body = infill_body(lines, start + k)
             for name, url in servers.items():
                 before = accept_totals(url) if name == "ours" else (0.0, 0.0)
-                ttft, total, text, last = stream_infill(url, body)
+                ttft, total, text, last = stream_infill(url, body, peer=name == "peer")
                 after = accept_totals(url) if name == "ours" else (0.0, 1.0)
                 timings = last.get("timings", {})
                 accept = (after[0] - before[0]) / max(1.0, after[1] - before[1]) if name == "ours" else 0.0
@@ -161,6 +173,11 @@ def replay(args: argparse.Namespace, servers: dict[str, str]) -> list[Row]:
                                 int(last.get("tokens_evaluated", 0)), int(timings.get("prompt_n", 0)), text, accept))
                 print(f"{name:5} {Path(relative).name:16} req {k + 1}: ttft {ttft:6.2f} s total {total:6.2f} s "
                       f"read {rows[-1].read_tokens:5d}/{rows[-1].prompt_tokens:5d} accept {accept:.2f}", flush=True)
+        for name, url in servers.items():  # the last request again, unchanged (llama.vim re-asks on a pause)
+            ttft, total, text, last = stream_infill(url, body, peer=name == "peer")
+            rows.append(Row(name, "identical", len(rows), ttft, total, int(last.get("tokens_evaluated", 0)),
+                            int(last.get("timings", {}).get("prompt_n", 0)), text))
+            print(f"{name:5} identical prompt: ttft {ttft:6.3f} s total {total:6.2f} s", flush=True)
     return rows
 
 
@@ -217,7 +234,9 @@ def main() -> None:
             servers["peer"] = "http://127.0.0.1:18081"
         for proc, url in zip(procs, servers.values()):
             wait_ready(url, proc)
-        rows = replay(args, servers) + ([] if args.no_chat else chat(servers))
+        rows = replay(args, servers)
+        (args.out / "replay.json").write_text(json.dumps({"rows": [asdict(r) for r in rows]}, indent=1))
+        rows += [] if args.no_chat else chat(servers)
         same = check_cold(servers["ours"], rows, args) if args.check_cold else []
     finally:
         for proc in procs:

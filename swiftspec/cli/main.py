@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="CPU features, the ISA level in use and the path of each kernel")
     info.add_argument("--json", action="store_true", help="print the report as JSON")
+    info.add_argument("--server", default=None, metavar="URL", help="also the prompt cache of the server at URL "
+                      "(its /metrics: size, texts, hit rate; the key from $SWIFTSPEC_API_KEY)")
 
     models = sub.add_parser("models", help="the bundled default model pair; info: what a model file holds")
     models.add_argument("action", choices=("list", "pull", "info"))
@@ -126,11 +128,14 @@ def _info(args: argparse.Namespace) -> int:
     from swiftspec.kernels.capability import capability
     from swiftspec.parallel.numa import placement_line, read_nodes
 
+    from swiftspec.cli.cache_info import prompt_cache_line
+
     report, placement = capability(), placement_line(read_nodes())  # placement: NUMA nodes and each async group's
+    cache = prompt_cache_line(args.server)
     if args.json:
-        print(json.dumps(report.to_json() | {"placement": placement}, indent=2))
+        print(json.dumps(report.to_json() | {"placement": placement, "prompt_cache": cache}, indent=2))
     else:
-        print("\n".join(report.lines() + [placement]))
+        print("\n".join(report.lines() + [placement, cache]))
     return 0
 
 

@@ -14,6 +14,9 @@ from swiftspec.cache.prompt_store import PromptStore, common_prefix
 from swiftspec.cache.tree_kv import TreeKV
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill forward
+# the live text is copied into the store only when a prefill would overwrite more of it than this:
+# a repeated prompt (or a chat's next turn) drops no more than the last answer, which it recomputes
+STORE_AFTER = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,7 @@ class ModelRunner:
             kv.reset(live)
             return live
         match = self.store.match(ids)
-        if kv.prefix_len > live:
+        if kv.prefix_len - live > STORE_AFTER:
             self.store.save(kv.text, self.cache)
         if min(match.length, len(prompt) - 1) <= live:
             kv.reset(live)

@@ -83,3 +83,13 @@ def test_chat_turns_report_a_growing_cached_prefix(client: openai.OpenAI) -> Non
     off = client.completions.create(model=MODEL, prompt=FILE, max_tokens=4, temperature=0,
                                     extra_body={"cache_prompt": False})
     assert off.usage.prompt_tokens_details.cached_tokens == 0 and off.choices[0].text == whole.choices[0].text
+
+
+def test_info_reads_a_servers_prompt_cache(server: LiveServer) -> None:
+    from swiftspec.cli.cache_info import prompt_cache_line
+
+    infill(server)
+    infill(server)
+    line = prompt_cache_line(server.url)
+    assert line.startswith(f"prompt cache of {server.url}: ") and " texts; " in line and "reused (" in line, line
+    assert "MiB of earlier texts' KV by default here" in prompt_cache_line(None)

@@ -47,9 +47,10 @@ def session(rng: random.Random) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft) -> None:
+def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft, monkeypatch) -> None:
     """Greedy and seeded sampling: every request of a session equals the same request with the
     cache off (reuse=False on an engine of its own), and the hits keep what they should."""
+    monkeypatch.setattr("swiftspec.exec.runner.STORE_AFTER", 0)  # these texts are short: store each one
     rng = random.Random(1)
     cached = build(mode, tiny_target, tiny_draft, PromptStore(64 << 20))
     cold = build(mode, tiny_target, tiny_draft, None)
@@ -63,6 +64,19 @@ def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft) -
         # edited keeps the 50 shared tokens; the next turn all of edited; `other` shares nothing;
         # the first file comes back from the store; the identical prompt all but its last token
         assert kept[1] == 50 and kept[2] >= 62 and kept[3] == 0 and kept[4] == 59 and kept[5] == 59, kept
+
+
+def test_a_repeated_prompt_copies_nothing_into_the_store(tiny_target) -> None:
+    """A prefill that would overwrite no more than STORE_AFTER tokens of the live text (here the last
+    answer) leaves the store alone: the repeat costs no copy."""
+    store = PromptStore(64 << 20)
+    engine = AutoregressiveEngine(tiny_target, LEN, store)
+    prompt = list(range(20, 120))
+    run(engine, prompt)
+    _, stats = run(engine, prompt)
+    assert stats.cached_tokens == len(prompt) - 1 and store.stats.saved == 0
+    run(engine, list(range(300, 400)))  # another text: the last one (116 tokens) is overwritten, so stored
+    assert store.stats.saved == 1 and store.entries[0].tokens.tolist()[:100] == prompt
 
 
 def test_a_chat_turn_keeps_the_last_answer(tiny_target) -> None:

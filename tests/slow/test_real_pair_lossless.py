@@ -134,6 +134,19 @@ def test_greedy_equals_ar(real_pair, reference, mode) -> None:
         engine.close()
 
 
+def test_a_prompt_cache_hit_keeps_every_token(reference) -> None:
+    """At each weight format and ISA level: after a text that shares half the prompt (its first
+    half, then other tokens), the prompt keeps that half's KV, or the whole prompt's from the store,
+    and continues as the cold prefill did."""
+    ref = reference
+    half = len(ref.ids) // 2
+    greedy(ref.ar, ref.ids[:half] + ref.ar.tokenizer.encode_text("\n# another file\nimport os\n"))
+    generation = ref.ar.generate(ref.ids, SamplingParams(), NEW_TOKENS)
+    got = [t for chunk in generation for t in chunk]
+    assert generation.stats.cached_tokens >= half
+    assert_same_or_tie(ref.ar, ref.ids, ref.want, got, "after a prompt cache hit")
+
+
 SAMPLED = SamplingParams(temperature=0.7, top_p=0.9, seed=5)
 
 
