@@ -125,10 +125,9 @@ def format_stats(s) -> str:  # s: GenerationStats
 def _info(args: argparse.Namespace) -> int:
     import json
 
+    from swiftspec.cli.cache_info import prompt_cache_line
     from swiftspec.kernels.capability import capability
     from swiftspec.parallel.numa import placement_line, read_nodes
-
-    from swiftspec.cli.cache_info import prompt_cache_line
 
     report, placement = capability(), placement_line(read_nodes())  # placement: NUMA nodes and each async group's
     cache = prompt_cache_line(args.server)
