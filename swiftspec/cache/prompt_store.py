@@ -33,6 +33,7 @@ class StoredText:
     tokens: np.ndarray  # [n] int64
     k: torch.Tensor  # [L, n, Hkv, D]
     v: torch.Tensor  # [L, n, Hkv, D]
+    cold: int = 0  # leading tokens whose KV is a cold prefill's, bit for bit (TreeKV.cold)
     used: int = 0  # the store's clock at its last use
 
     @property
@@ -71,12 +72,13 @@ class PromptStore:
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.entries)
 
-    def match(self, prompt: np.ndarray) -> Match:
-        """The entry sharing the longest prefix with prompt [n] (None if none shares a token)."""
+    def match(self, prompt: np.ndarray, usable=lambda entry, n: n) -> Match:  # noqa: ANN001 - (entry, n) -> n
+        """The entry sharing the longest prefix with prompt [n] (None if none shares a token);
+        usable(entry, n): how much of a shared prefix of n tokens may be kept."""
         self.stats.lookups += 1
         best = Match(None, 0)
         for entry in self.entries:
-            n = common_prefix(entry.tokens, prompt)
+            n = usable(entry, common_prefix(entry.tokens, prompt))
             if n > best.length:
                 best = Match(entry, n)
         return best
@@ -89,7 +91,7 @@ class PromptStore:
         self.stats.hits += 1
         self._touch(match.entry)
 
-    def save(self, text: list[int], cache: KVCache) -> None:
+    def save(self, text: list[int], cache: KVCache, cold: int = 0) -> None:
         """Copy the KV of text (held in cache slots [0, len(text))) in, unless a stored text begins
         with it; stored texts that it begins with are dropped, then the oldest until it fits."""
         tokens = np.asarray(text, dtype=np.int64)
@@ -105,7 +107,7 @@ class PromptStore:
             self.entries.remove(min(self.entries, key=lambda e: e.used))
             self.stats.evicted += 1
         n = tokens.size
-        entry = StoredText(tokens, cache.k[:, :n].clone(), cache.v[:, :n].clone())
+        entry = StoredText(tokens, cache.k[:, :n].clone(), cache.v[:, :n].clone(), cold)
         self.entries.append(entry)
         self.stats.saved += 1
         self._touch(entry)

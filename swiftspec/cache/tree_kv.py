@@ -29,6 +29,11 @@ class TreeKV:
         self.prefix_len = 0
         self.tree_len = 0
         self.text: list[int] = []  # the token of each prefix slot: len(text) == prefix_len
+        # exact reuse (ModelRunner.prefill): the leading slots whose KV a cold prefill of any prompt
+        # that starts with them computes with the same bits (its whole chunks), and the length of
+        # the prompt whose every slot, its last chunk's too, still holds what its prefill computed
+        self.cold = 0
+        self.whole = 0
         # node_slot[i]: absolute slot of tree node i's KV, -1 when the node has none yet.
         self.node_slot = torch.full((max_nodes,), -1, dtype=torch.long, device=cache.k.device)  # [max_nodes]
 
@@ -43,14 +48,18 @@ class TreeKV:
             raise RuntimeError(f"cannot keep {prefix_len} prefix tokens of {self.prefix_len}")
         self.prefix_len = prefix_len
         del self.text[prefix_len:]
+        self.cold = min(self.cold, prefix_len)
+        self.whole = self.whole if prefix_len >= self.whole else 0
         self.tree_len = 0
         self.node_slot.fill_(-1)
 
-    def adopt(self, text: list[int]) -> None:
-        """The prefix slots [0, len(text)) now hold the KV of text (copied in by the caller); no tree."""
+    def adopt(self, text: list[int], cold: int) -> None:
+        """The prefix slots [0, len(text)) now hold the KV of text (copied in by the caller), the
+        first `cold` of them as a cold prefill computes them; no tree."""
         self.reset(0)
         self.prefix_len = len(text)
         self.text = list(text)
+        self.cold = cold
 
     def append_prefix(self, tokens: list[int]) -> torch.Tensor:
         """Slots for verified tokens appended to the prefix; the tree region must be empty."""

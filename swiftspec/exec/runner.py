@@ -38,10 +38,14 @@ class ModelRunner:
     """Owns a model and its KV cache; every attention reads slots [0, mask.shape[1])."""
 
     def __init__(self, model: torch.nn.Module, max_len: int, max_nodes: int,
-                 head: torch.Tensor | None = None, store: PromptStore | None = None) -> None:
-        """store: earlier texts' KV for later prompts (None: only the live cache's text is kept)."""
+                 head: torch.Tensor | None = None, store: PromptStore | None = None, exact: bool = False) -> None:
+        """store: earlier texts' KV for later prompts (None: only the live cache's text is kept).
+        exact: a prefill keeps only KV that a cold prefill of its prompt computes with the same bits
+        (the target's: its output must not depend on the cache); a draft's keeps any shared prefix."""
         self.model = model
         self.store = store
+        self.exact = exact
+        self._prompt_logits: torch.Tensor | None = None  # [1, V] after the prompt of TreeKV.whole
         self.dropped: list[int] = []  # the last text's tokens past what the latest prefill kept (it overwrote them)
         self.cache: KVCache = model.new_cache(max_len)
         self.device = self.cache.k.device
@@ -84,18 +88,30 @@ class ModelRunner:
         """Start a request's text: keep the KV of the longest prefix of `prompt` that the live cache
         or the store holds (reuse=False: none), compute the rest.  stop() is asked between chunks;
         once it says True the prefill ends there, returning None (the chunks done stay cached)."""
-        before = list(self.kv.text)
+        before, n = list(self.kv.text), len(prompt)
+        if reuse and self.exact and self.kv.whole == n and before[:n] == prompt:  # this prompt again
+            self.kv.reset(n)
+            self.dropped = before[n:]
+            return Prefill(self._prompt_logits.clone(), n)
         kept = self._keep(prompt) if reuse else self._drop()
         self.dropped = before[kept:]
-        rest = prompt[kept:]
-        while len(rest) > PREFILL_CHUNK:
+        # chunks end at multiples of PREFILL_CHUNK, as a cold prefill's do: with exact reuse (kept a
+        # multiple too) every row is computed in the very call shape a cold prefill gives it
+        pos, last = kept, max(kept, (n - 1) // PREFILL_CHUNK * PREFILL_CHUNK)
+        while pos < last:
             if stop is not None and stop():
                 return None
-            self._append(rest[:PREFILL_CHUNK])
-            rest = rest[PREFILL_CHUNK:]
+            end = min(last, (pos // PREFILL_CHUNK + 1) * PREFILL_CHUNK)
+            self._append(prompt[pos:end])
+            pos = end
+            if self.exact:  # a whole chunk after whole chunks: a later prefill may keep it
+                self.kv.cold = end
         if stop is not None and stop():
             return None
-        return Prefill(self._append(rest, logits=True), kept)
+        logits = self._append(prompt[pos:], logits=True)
+        if self.exact:
+            self.kv.cold, self.kv.whole, self._prompt_logits = last, n, logits
+        return Prefill(logits, kept)
 
     def cached_prefix(self, prompt: list[int]) -> int:
         """How many leading prompt tokens a prefill would keep, found without changing anything (from
@@ -110,25 +126,32 @@ class ModelRunner:
         """Put the KV of prompt's longest cached prefix (all but its last token at most) in slots
         [0, n); the live text goes into the store first if it is about to be overwritten."""
         kv, ids = self.kv, np.asarray(prompt, dtype=np.int64)
-        live = min(common_prefix(np.asarray(kv.text, dtype=np.int64), ids), len(prompt) - 1)
+        live = self._usable(kv.cold, common_prefix(np.asarray(kv.text, dtype=np.int64), ids), len(prompt))
         if self.store is None:
             kv.reset(live)
             return live
-        match = self.store.match(ids)
+        match = self.store.match(ids, lambda entry, n: self._usable(entry.cold, n, len(prompt)))
         if kv.prefix_len - live > STORE_AFTER:
-            self.store.save(kv.text, self.cache)
-        if min(match.length, len(prompt) - 1) <= live:
+            self.store.save(kv.text, self.cache, kv.cold)
+        if match.length <= live:
             kv.reset(live)
             return live
-        kept = min(match.length, len(prompt) - 1)
         self.store.load(match, self.cache)
-        kv.adopt(prompt[:kept])
-        return kept
+        kv.adopt(prompt[: match.length], min(match.entry.cold, match.length))
+        return match.length
+
+    def _usable(self, cold: int, shared: int, n: int) -> int:
+        """Of `shared` leading tokens cached for an n-token prompt, those a prefill may keep: all but
+        the last token; exact, only whole chunks computed as a cold prefill computes them, before
+        the prompt's own last chunk."""
+        if not self.exact:
+            return min(shared, n - 1)
+        return min(shared, cold, (n - 1) // PREFILL_CHUNK * PREFILL_CHUNK) // PREFILL_CHUNK * PREFILL_CHUNK
 
     def _drop(self) -> int:
         """Keep nothing for this request (its KV still goes to the store if it has one)."""
         if self.store is not None and self.kv.prefix_len:
-            self.store.save(self.kv.text, self.cache)
+            self.store.save(self.kv.text, self.cache, self.kv.cold)
         self.kv.reset()
         return 0
 

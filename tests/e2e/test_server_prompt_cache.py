@@ -19,8 +19,10 @@ FILE = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(12))
 
 @pytest.fixture(scope="module")
 def server(tiny_fim_dir: Path):
-    with tiny_engine(tiny_fim_dir) as engine, LiveServer(engine, max_tokens=64) as srv:
-        yield srv
+    with pytest.MonkeyPatch.context() as mp:  # chunks of 16: the tiny context (256) still sees partial hits
+        mp.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 16)
+        with tiny_engine(tiny_fim_dir) as engine, LiveServer(engine, max_tokens=64) as srv:
+            yield srv
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +42,10 @@ def test_infill_reports_what_it_reused_and_the_text_stays(server: LiveServer) ->
     cold = infill(server, cache_prompt=False)
     assert cold["tokens_cached"] == 0 and cold["timings"]["cache_n"] == 0
     assert cold["timings"]["prompt_n"] == cold["tokens_evaluated"]
-    again = infill(server)  # the identical prompt: all but its last token's KV is kept
+    again = infill(server)  # the identical prompt: its KV and its last logits are kept
     assert again["content"] == cold["content"]
-    assert again["tokens_cached"] == again["tokens_evaluated"] - 1 == again["timings"]["cache_n"]
-    assert again["timings"]["prompt_n"] == 1
+    assert again["tokens_cached"] == again["tokens_evaluated"] == again["timings"]["cache_n"]
+    assert again["timings"]["prompt_n"] == 0
     moved = infill(server, input_prefix=FILE[:330], input_suffix=FILE[330:])  # the cursor moved down
     assert 0 < moved["tokens_cached"] < moved["tokens_evaluated"]
     assert moved["content"] == infill(server, input_prefix=FILE[:330], input_suffix=FILE[330:],
@@ -55,7 +57,7 @@ def test_a_warmup_with_n_predict_0_fills_the_cache(server: LiveServer) -> None:
     warm = infill(server, input_extra=chunk, n_predict=0)
     assert warm["content"] == "" and warm["tokens_predicted"] == 0
     hit = infill(server, input_extra=chunk)
-    assert hit["tokens_cached"] == hit["tokens_evaluated"] - 1
+    assert hit["tokens_cached"] == hit["tokens_evaluated"]
 
 
 def test_bad_cache_prompt_values_get_a_400(server: LiveServer, client: openai.OpenAI) -> None:
@@ -73,12 +75,12 @@ def test_chat_turns_report_a_growing_cached_prefix(client: openai.OpenAI) -> Non
         reply = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, temperature=0)
         cached.append(reply.usage.prompt_tokens_details.cached_tokens)
         messages.append({"role": "assistant", "content": reply.choices[0].message.content})
-    assert cached[0] < cached[1] < cached[2] < cached[3], cached
+    assert cached[0] <= cached[1] <= cached[2] <= cached[3] and cached[0] < cached[3], cached
     streamed = client.completions.create(model=MODEL, prompt=FILE, max_tokens=4, temperature=0, stream=True,
                                          stream_options={"include_usage": True})
     usage = [c.usage for c in streamed if c.usage is not None]
     whole = client.completions.create(model=MODEL, prompt=FILE, max_tokens=4, temperature=0)
-    assert whole.usage.prompt_tokens_details.cached_tokens == whole.usage.prompt_tokens - 1
+    assert whole.usage.prompt_tokens_details.cached_tokens == whole.usage.prompt_tokens
     assert usage[0].prompt_tokens_details.cached_tokens <= whole.usage.prompt_tokens_details.cached_tokens
     off = client.completions.create(model=MODEL, prompt=FILE, max_tokens=4, temperature=0,
                                     extra_body={"cache_prompt": False})

@@ -51,6 +51,7 @@ def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft, m
     """Greedy and seeded sampling: every request of a session equals the same request with the
     cache off (reuse=False on an engine of its own), and the hits keep what they should."""
     monkeypatch.setattr("swiftspec.exec.runner.STORE_AFTER", 0)  # these texts are short: store each one
+    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 8)  # and chunks to match
     rng = random.Random(1)
     cached = build(mode, tiny_target, tiny_draft, PromptStore(64 << 20))
     cold = build(mode, tiny_target, tiny_draft, None)
@@ -61,9 +62,10 @@ def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft, m
             got, stats = run(cached, prompt, params=params)
             assert got == want, (mode, params, len(kept))
             kept.append(stats.cached_tokens)
-        # edited keeps the 50 shared tokens; the next turn all of edited; `other` shares nothing;
-        # the first file comes back from the store; the identical prompt all but its last token
-        assert kept[1] == 50 and kept[2] >= 62 and kept[3] == 0 and kept[4] == 59 and kept[5] == 59, kept
+        # the target keeps whole 8-token chunks that a cold prefill computes alike: edited 48 of the
+        # 50 it shares; the next turn edited's 56 (its last chunk and the answer are computed anew);
+        # `other` nothing; the first file, from the store, 56; the identical prompt all of itself
+        assert kept == [0, 48, 56, 0, 56, 60], kept
 
 
 def test_a_repeated_prompt_copies_nothing_into_the_store(tiny_target) -> None:
@@ -74,20 +76,24 @@ def test_a_repeated_prompt_copies_nothing_into_the_store(tiny_target) -> None:
     prompt = list(range(20, 120))
     run(engine, prompt)
     _, stats = run(engine, prompt)
-    assert stats.cached_tokens == len(prompt) - 1 and store.stats.saved == 0
+    assert stats.cached_tokens == len(prompt) and store.stats.saved == 0
     run(engine, list(range(300, 400)))  # another text: the last one (116 tokens) is overwritten, so stored
     assert store.stats.saved == 1 and store.entries[0].tokens.tolist()[:100] == prompt
 
 
-def test_a_chat_turn_keeps_the_last_answer(tiny_target) -> None:
-    """The KV covers the output too: a turn that quotes the last answer whole reuses it."""
-    engine = AutoregressiveEngine(tiny_target, LEN)
+def test_a_chat_turn_keeps_the_last_prompts_whole_chunks(tiny_target, tiny_draft, monkeypatch) -> None:
+    """A chat's next turn: the target keeps the last prompt's whole chunks, and computes its last
+    chunk and the answer in the shapes a cold prefill gives them (decode steps compute rows in
+    other shapes); the tokens are a cold prefill's."""
+    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 4)
+    engine = build("tree", tiny_target, tiny_draft, None)
     prompt = [5, 9, 14, 3, 22, 71, 8]
     out, _ = run(engine, prompt)
     assert len(out) == 16
-    again, stats = run(engine, prompt + out + [40, 41])
-    assert stats.cached_tokens == len(prompt) + len(out) - 1  # the last token's KV was never computed
-    assert again == run(AutoregressiveEngine(tiny_target, LEN), prompt + out + [40, 41])[0]
+    turn = prompt + out + [40, 41]
+    again, stats = run(engine, turn)
+    assert stats.cached_tokens == 4  # the first whole chunk of the 7-token prompt
+    assert again == run(build("tree", tiny_target, tiny_draft, None), turn, reuse=False)[0]
 
 
 @pytest.mark.parametrize("mode", ("ar", "tree"))
@@ -99,7 +105,7 @@ def test_reuse_off_prefills_everything_and_warmup_only_fills(mode, tiny_target, 
     _, stats = run(engine, prompt, reuse=False)  # cache_prompt: false
     assert stats.cached_tokens == 0
     _, stats = run(engine, prompt)
-    assert stats.cached_tokens == len(prompt) - 1
+    assert stats.cached_tokens == len(prompt)  # the same prompt: its KV and its last logits stand
 
 
 @pytest.mark.parametrize("mode", MODES)
