@@ -188,14 +188,11 @@ class AsyncEngine:
         # tensor-parallel followers prefill the whole prompt, keeping nothing: the leader does the same
         alone = self.followers is None
         with timeline.span("prefill"):
-            done = self.prefill_lane.run(self.verifier.prefill, prompt, req.reuse and alone,
-                                         req.should_stop if alone else None)
-            if done is None:
+            logits = req.prefilled(self.prefill_lane.run(self.verifier.prefill, prompt, req.reuse and alone,
+                                                         req.should_stop if alone else None))  # [1, V]
+            if logits is None:
                 return None
-            req.stats.cached_tokens = done.cached
-            if req.prefill_only:
-                return None
-            first = pick_tokens(done.logits, params, draws, len(prompt)).tolist()  # [1]
+            first = pick_tokens(logits, params, draws, len(prompt)).tolist()  # [1]
         costs = torch.tensor(plan.verify_s, dtype=torch.float64)  # [bs], or [0] without adaptive verification
         self.link.send(Start(prompt=prompt_t, first_token=first[0], depth=plan.depth, params=params, verify_costs=costs))
         return first

@@ -50,13 +50,9 @@ class AutoregressiveEngine:
         timeline = Timeline()
         try:
             with timeline.span("prefill"):
-                done = self.runner.prefill(prompt, req.reuse, req.should_stop)
-            if done is None:  # stopped during the prefill
+                logits = req.prefilled(self.runner.prefill(prompt, req.reuse, req.should_stop))  # [1, V]
+            if logits is None:
                 return
-            req.stats.cached_tokens = done.cached
-            if req.prefill_only:
-                return
-            logits = done.logits  # [1, V]
             while True:
                 with timeline.span("verify"):
                     token = pick_tokens(logits, params, draws, self.runner.kv.prefix_len)  # [1]

@@ -10,7 +10,10 @@ from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    import torch
+
     from swiftspec.cache.prompt_store import PromptStore
+    from swiftspec.exec.runner import Prefill
     from swiftspec.runtime.trace import TraceFile
     from swiftspec.tokenizer import Tokenizer
 
@@ -143,6 +146,14 @@ class RequestState:
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.done = False
         self._start = time.perf_counter()
+
+    def prefilled(self, done: "Prefill | None") -> "torch.Tensor | None":
+        """The logits after the prompt [1, V] from its prefill, or None when the request ends there
+        (stopped during the prefill, or asked for no token); notes what the prompt cache held."""
+        if done is None:
+            return None
+        self.stats.cached_tokens = done.cached
+        return None if self.prefill_only else done.logits
 
     def emit(self, tokens: list[int]) -> list[int]:
         """The tokens of one round that reach the user; sets `done` at EOS, budget or cancellation."""

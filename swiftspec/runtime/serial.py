@@ -96,13 +96,10 @@ class SerialEngine:
         draws = Draws.for_request(params)
         try:
             with target_tl.span("prefill"):
-                done = self.target.prefill(prompt, req.reuse, req.should_stop)
-            if done is None:  # stopped during the prefill
+                logits = req.prefilled(self.target.prefill(prompt, req.reuse, req.should_stop))  # [1, V]
+            if logits is None:
                 return
-            req.stats.cached_tokens = done.cached
-            if req.prefill_only:
-                return
-            first = pick_tokens(done.logits, params, draws, len(prompt)).tolist()  # [1]
+            first = pick_tokens(logits, params, draws, len(prompt)).tolist()  # [1]
             out = req.emit(first)
             if out:
                 yield out

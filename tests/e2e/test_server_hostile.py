@@ -48,7 +48,10 @@ def test_a_body_that_never_arrives_gets_408(tok: Tokenizer) -> None:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 100\r\n\r\n{\"prompt\": ")  # 11 of the 100 bytes promised
             started = time.perf_counter()
-            reply = sock.recv(4096).decode()
+            reply = b""
+            while b"request_timeout" not in reply and (part := sock.recv(4096)):  # headers, then the body
+                reply += part
+            reply = reply.decode()
         assert reply.startswith("HTTP/1.1 408") and "request_timeout" in reply, reply
         assert time.perf_counter() - started < 5
 
@@ -97,20 +100,20 @@ async def _all(job) -> list[list[int]]:
 
 
 def test_soak_of_mixed_clients_leaves_nothing_behind(tiny_qwen_dir: Path) -> None:
-    """240 requests from 8 clients, bounded in count and time, on 127.0.0.1: valid, invalid,
+    """120 requests from 8 clients, bounded in count and time, on 127.0.0.1: valid, invalid,
     oversized, streamed and abandoned ones.  After them the server's tasks, queue and memory are
     back where they started, and every valid request was answered."""
     with tiny_engine(tiny_qwen_dir) as engine, LiveServer(engine, max_queue=16, max_body_bytes=4096) as srv:
         loop_tasks = _server_tasks(srv)
         rss = psutil.Process().memory_info().rss
-        counts = asyncio.run(_soak(srv.url, clients=8, each=30))
+        counts = asyncio.run(_soak(srv.url, clients=8, each=15))
         deadline = time.monotonic() + 10
         while (_server_tasks(srv) > loop_tasks or srv.app.state.service.scheduler.waiting) and time.monotonic() < deadline:
             time.sleep(0.05)
         gc.collect()
         grown = (psutil.Process().memory_info().rss - rss) / 2**20
         assert _server_tasks(srv) <= loop_tasks and srv.app.state.service.scheduler.waiting == 0
-        assert counts == {"ok": 80, "4xx": 120, "abandoned": 40, "error": 0}, counts  # 40 of each of 6 kinds
+        assert counts == {"ok": 40, "4xx": 60, "abandoned": 20, "error": 0}, counts  # 20 of each of 6 kinds
         assert grown < 200, grown
         print(f"soak: {sum(counts.values())} requests {counts}, tasks {loop_tasks} -> {_server_tasks(srv)}, "
               f"RSS +{grown:.1f} MiB")
