@@ -72,12 +72,13 @@ class PromptStore:
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.entries)
 
-    def match(self, prompt: np.ndarray, usable=lambda entry, n: n) -> Match:  # noqa: ANN001 - (entry, n) -> n
+    def match(self, prompt: np.ndarray, usable=lambda entry, n: n, count: bool = True) -> Match:  # noqa: ANN001
         """The entry sharing the longest prefix with prompt [n] (None if none shares a token);
-        usable(entry, n): how much of a shared prefix of n tokens may be kept."""
-        self.stats.lookups += 1
+        usable(entry, n): how much of a shared prefix of n tokens may be kept.  count=False: an
+        estimate, not a lookup (safe from another thread: it reads a copy of the list of entries)."""
+        self.stats.lookups += count
         best = Match(None, 0)
-        for entry in self.entries:
+        for entry in list(self.entries):
             n = usable(entry, common_prefix(entry.tokens, prompt))
             if n > best.length:
                 best = Match(entry, n)

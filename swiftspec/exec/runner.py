@@ -10,7 +10,7 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.cache.kv_cache import KVCache
-from swiftspec.cache.prompt_store import PromptStore, common_prefix
+from swiftspec.cache.prompt_store import Match, PromptStore, common_prefix
 from swiftspec.cache.tree_kv import TreeKV
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill forward
@@ -89,7 +89,7 @@ class ModelRunner:
         or the store holds (reuse=False: none), compute the rest.  stop() is asked between chunks;
         once it says True the prefill ends there, returning None (the chunks done stay cached)."""
         before, n = list(self.kv.text), len(prompt)
-        if reuse and self.exact and self.kv.whole == n and before[:n] == prompt:  # this prompt again
+        if reuse and self._repeats(prompt):  # this prompt again: its KV and its logits stand
             self.kv.reset(n)
             self.dropped = before[n:]
             return Prefill(self._prompt_logits.clone(), n)
@@ -114,23 +114,39 @@ class ModelRunner:
         return Prefill(logits, kept)
 
     def cached_prefix(self, prompt: list[int]) -> int:
-        """How many leading prompt tokens a prefill would keep, found without changing anything (from
-        another thread while this runner works, an estimate: the texts may be changing)."""
+        """How many leading prompt tokens a prefill would keep, found by prefill's own rules without
+        changing anything (from another thread while this runner works, an estimate: the texts may
+        be changing)."""
+        if self._repeats(prompt):
+            return len(prompt)
         ids = np.asarray(prompt, dtype=np.int64)
-        found = common_prefix(np.asarray(list(self.kv.text), dtype=np.int64), ids)
-        for entry in list(self.store.entries) if self.store is not None else ():
-            found = max(found, common_prefix(entry.tokens, ids))
-        return max(0, min(found, len(prompt) - 1))
+        return max(self._live(ids), self._stored(ids, count=False).length)
+
+    def _repeats(self, prompt: list[int]) -> bool:
+        """The live cache holds this very prompt as its exact prefill computed it, logits included."""
+        n = len(prompt)
+        return self.exact and self.kv.whole == n and self.kv.text[:n] == prompt
+
+    def _live(self, ids: np.ndarray) -> int:
+        """Leading tokens of the prompt ids [n] that may be kept from the live cache."""
+        return self._usable(self.kv.cold, common_prefix(np.asarray(list(self.kv.text), dtype=np.int64), ids), ids.size)
+
+    def _stored(self, ids: np.ndarray, count: bool = True) -> Match:
+        """The stored text from which the most leading tokens of the prompt ids [n] may be kept
+        (count=False: an estimate, not counted as a lookup)."""
+        if self.store is None:
+            return Match(None, 0)
+        return self.store.match(ids, lambda entry, shared: self._usable(entry.cold, shared, ids.size), count)
 
     def _keep(self, prompt: list[int]) -> int:
         """Put the KV of prompt's longest cached prefix (all but its last token at most) in slots
         [0, n); the live text goes into the store first if it is about to be overwritten."""
         kv, ids = self.kv, np.asarray(prompt, dtype=np.int64)
-        live = self._usable(kv.cold, common_prefix(np.asarray(kv.text, dtype=np.int64), ids), len(prompt))
+        live = self._live(ids)
         if self.store is None:
             kv.reset(live)
             return live
-        match = self.store.match(ids, lambda entry, n: self._usable(entry.cold, n, len(prompt)))
+        match = self._stored(ids)
         if kv.prefix_len - live > STORE_AFTER:
             self.store.save(kv.text, self.cache, kv.cold)
         if match.length <= live:

@@ -59,12 +59,14 @@ class AsyncEngine:
     """
 
     def __init__(self, config: EngineConfig, joined: Joined | None = None,
-                 target: LoadedModel | None = None, startup: StartupProfile | None = None) -> None:
+                 target: LoadedModel | None = None, startup: StartupProfile | None = None,
+                 store: PromptStore | None = None) -> None:
         """joined: a draft host already linked through parallel/rendezvous.py (no workers to spawn);
         target: the target model, when the caller has loaded it already (tensor-parallel size 1);
-        startup: d and the verify times when known already (auto's; startup.async_profile)."""
+        startup: d and the verify times when known already (auto's; startup.async_profile);
+        store: a prompt cache store shared with the caller's other engine (None: the config's own)."""
         self.config = config
-        self.workers = WorkerGroup(config, joined, target)  # under torchrun, ranks > 0 never return
+        self.workers = WorkerGroup(config, joined, target, store)  # under torchrun, ranks > 0 never return
         self.layout = self.workers.layout
         self.verify_size = config.tree.verify_size
         self.max_seq_len = config.target_load.max_seq_len

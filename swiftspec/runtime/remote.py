@@ -59,7 +59,8 @@ class RemoteEngine:
         self.target = target or load_target(config.target, config.target_load)
         self.tokenizer = self.target.tokenizer
         self.max_seq_len = config.target_load.max_seq_len
-        self.ar = AutoregressiveEngine(self.target, self.max_seq_len, prompt_store(config))
+        self.store = prompt_store(config)  # one bound for both engines' texts: they run the same target
+        self.ar = AutoregressiveEngine(self.target, self.max_seq_len, self.store)
         self.trace = None
         self.session = None  # AsyncEngine while a draft host is linked
         self._beat, self._seen = 0, 0.0  # the draft's idle heartbeat, and when it last moved
@@ -87,7 +88,7 @@ class RemoteEngine:
         from swiftspec.runtime.async_engine import AsyncEngine
 
         try:
-            self.session = AsyncEngine(self.config, joined=joined, target=self.target)
+            self.session = AsyncEngine(self.config, joined=joined, target=self.target, store=self.store)
         except (EngineFault, LinkError) as exc:
             log.warning("a draft host passed the handshake but did not link: %s", exc)
             return False
@@ -117,8 +118,8 @@ class RemoteEngine:
 
     @property
     def prompt_store(self) -> PromptStore | None:
-        """The store of the engine that serves now (the async session's while one is linked)."""
-        return (self.session or self.ar).prompt_store
+        """The store both engines share."""
+        return self.store
 
     def cached_prefix(self, prompt: list[int]) -> int:
         return (self.session or self.ar).cached_prefix(prompt)

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import torch.distributed as dist
 
+from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault, LinkError
 from swiftspec.exec.load import prompt_store
@@ -41,10 +42,12 @@ class WorkerGroup:
     and a linked draft host cannot be respawned from here)."""
 
     def __init__(self, config: EngineConfig, joined: Joined | None = None,
-                 target: LoadedModel | None = None) -> None:
+                 target: LoadedModel | None = None, store: PromptStore | None = None) -> None:
         """joined: a draft host already linked (no workers to spawn); target: the target model, when
-        the caller has loaded it already.  Under torchrun, ranks > 0 serve here and never return."""
+        the caller has loaded it already; store: the prompt cache's store the caller shares (None:
+        the config's own, exec.load.prompt_store).  Under torchrun, ranks > 0 serve here and never return."""
         self.config = config
+        self.store = store or prompt_store(config)
         self.layout = Layout(target_tp=config.target_tp, draft_tp=config.draft_tp)
         self.load_s = joined.timeout_s if joined else LOAD_S  # start-up (and restart) limit
         self._fault: str | None = None  # a request failed with the groups out of step
@@ -78,7 +81,7 @@ class WorkerGroup:
             self.target = load_for_rank(self.config.target, self.config.target_load, groups)
         if self.verifier is None:
             self.verifier = TreeVerifier(self.target.model, self.config.target_load.max_seq_len,
-                                         self.config.tree.verify_size, prompt_store(self.config))
+                                         self.config.tree.verify_size, self.store)
         self.link = DistTransport(self.layout.draft_leader)
         tp_group = groups.parallel.group
         self.followers = GroupBroadcast(tp_group, 0) if self.layout.target_tp > 1 else None

@@ -101,22 +101,26 @@ async def _health(request: Request) -> JSONResponse:
     supervisor can act.  A target host serving without its draft host (runtime/remote.py) is
     degraded but serving: 200.  busy (200): serving, but the running job has held the engine far
     longer than its size should take (a long prefill): its age and phase say so."""
-    scheduler = request.app.state.service.scheduler
-    why = getattr(scheduler.engine, "degraded", None) if scheduler.health == OK else None
-    if why:
-        return JSONResponse({"status": DEGRADED, "reason": why}, status_code=200)
-    running = scheduler.running() if scheduler.health == OK else None
-    if running is not None and running.late:
-        return JSONResponse({"status": BUSY, "phase": running.phase, "job_age_s": round(running.age_s, 1),
-                             "waiting": scheduler.waiting}, status_code=200)
-    return JSONResponse({"status": scheduler.health}, status_code=200 if scheduler.health == OK else 503)
+    body, serving = _health_state(request.app.state.service.scheduler)
+    return JSONResponse(body, status_code=200 if serving else 503)
 
 
 async def _ready(request: Request) -> JSONResponse:
     """Readiness: 200 while a new request would start soon (ok, and not busy), else 503."""
-    response = await _health(request)
-    status = json.loads(response.body)["status"]
+    status = _health_state(request.app.state.service.scheduler)[0]["status"]
     return JSONResponse({"ready": status == OK, "status": status}, status_code=200 if status == OK else 503)
+
+
+def _health_state(scheduler: Scheduler) -> tuple[dict, bool]:
+    """/health's body, and whether the server is serving (ok, busy, or degraded but serving)."""
+    why = getattr(scheduler.engine, "degraded", None) if scheduler.health == OK else None
+    if why:
+        return {"status": DEGRADED, "reason": why}, True
+    running = scheduler.running() if scheduler.health == OK else None
+    if running is not None and running.late:
+        return {"status": BUSY, "phase": running.phase, "job_age_s": round(running.age_s, 1),
+                "waiting": scheduler.waiting}, True
+    return {"status": scheduler.health}, scheduler.health == OK
 
 
 async def _models(request: Request) -> dict:

@@ -59,7 +59,9 @@ def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft, m
         kept = []
         for prompt in session(rng):
             want, _ = run(cold, prompt, params=params, reuse=False)
+            estimate = cached.cached_prefix(prompt)  # admission's estimate, by prefill's own rules
             got, stats = run(cached, prompt, params=params)
+            assert estimate == stats.cached_tokens
             assert got == want, (mode, params, len(kept))
             kept.append(stats.cached_tokens)
         # the target keeps whole 8-token chunks that a cold prefill computes alike: edited 48 of the
