@@ -30,7 +30,8 @@ class TreeKV:
         self.tree_len = 0
         self.text: list[int] = []  # the token of each prefix slot: len(text) == prefix_len
         # exact reuse (ModelRunner.prefill): the leading slots whose KV a cold prefill of any prompt
-        # that starts with them computes with the same bits (its whole chunks), and the length of
+        # that starts with them computes with the same bits (rows of prefill calls; without
+        # ModelRunner.any_prefix, whole chunks), and the length of
         # the prompt whose every slot, its last chunk's too, still holds what its prefill computed
         self.cold = 0
         self.whole = 0

@@ -7,13 +7,22 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from swiftspec import kernels
+from swiftspec.kernels import cpu_ext
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.cache.prompt_store import Match, PromptStore, common_prefix
 from swiftspec.cache.tree_kv import TreeKV
+from swiftspec.model.attention import Attention
+from swiftspec.parallel.linear import LinearBase
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill forward
+# a CPU call of more rows than the small-M kernels take attends over whole blocks of this many
+# keys (torch's CPU flash attention splits keys so; masked keys add nothing): a row's bits then do
+# not depend on how far the call reaches
+KEY_BLOCK = 512
+MIN_PREFILL_ROWS = kernels.MAX_DECODER_ROWS + 1  # the fewest rows a call runs in prefill's kernels
 # the live text is copied into the store only when a prefill would overwrite more of it than this:
 # a repeated prompt (or a chat's next turn) drops no more than the last answer, which it recomputes
 STORE_AFTER = 64
@@ -34,6 +43,18 @@ def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
     return cols[None, :] <= rows[:, None]
 
 
+def rows_apart(model: torch.nn.Module) -> bool:
+    """A row's KV does not depend on the call it is computed in, as long as the call has at least
+    MIN_PREFILL_ROWS rows and its keys are padded to KEY_BLOCK: every linear is a quantized weight
+    on the CPU (the C++ kernels give a row the same bits at every row count; bf16 and torch's
+    linears do not), and every attention runs kernels.attention (no soft-capping in torch)."""
+    linears = [m for m in model.modules() if isinstance(m, LinearBase)]
+    quantized = all(isinstance(m.weight, kernels.PackedWeight) and m.weight.fmt != "bf16"
+                    and m.weight.device.type == "cpu" for m in linears)
+    plain = all(m.softcap is None for m in model.modules() if isinstance(m, Attention))
+    return bool(linears) and quantized and plain and cpu_ext.available("quant_linear")
+
+
 class ModelRunner:
     """Owns a model and its KV cache; every attention reads slots [0, mask.shape[1])."""
 
@@ -45,6 +66,8 @@ class ModelRunner:
         self.model = model
         self.store = store
         self.exact = exact
+        # exact, and any prefix of prefill rows may be kept (rows_apart); else only whole chunks
+        self.any_prefix = exact and rows_apart(model)
         self._prompt_logits: torch.Tensor | None = None  # [1, V] after the prompt of TreeKV.whole
         self.dropped: list[int] = []  # the last text's tokens past what the latest prefill kept (it overwrote them)
         self.cache: KVCache = model.new_cache(max_len)
@@ -95,23 +118,32 @@ class ModelRunner:
             return Prefill(self._prompt_logits.clone(), n)
         kept = self._keep(prompt) if reuse else self._drop()
         self.dropped = before[kept:]
-        # chunks end at multiples of PREFILL_CHUNK, as a cold prefill's do: with exact reuse (kept a
-        # multiple too) every row is computed in the very call shape a cold prefill gives it
-        pos, last = kept, max(kept, (n - 1) // PREFILL_CHUNK * PREFILL_CHUNK)
-        while pos < last:
+        bounds = self._chunks(kept, n)
+        for start, end in zip(bounds[:-2], bounds[1:-1]):
             if stop is not None and stop():
                 return None
-            end = min(last, (pos // PREFILL_CHUNK + 1) * PREFILL_CHUNK)
-            self._append(prompt[pos:end])
-            pos = end
-            if self.exact:  # a whole chunk after whole chunks: a later prefill may keep it
+            self._append(prompt[start:end])
+            if self.exact:  # rows a later prefill may keep (_chunks)
                 self.kv.cold = end
         if stop is not None and stop():
             return None
-        logits = self._append(prompt[pos:], logits=True)
+        logits = self._append(prompt[bounds[-2]:], logits=True)
         if self.exact:
-            self.kv.cold, self.kv.whole, self._prompt_logits = last, n, logits
+            whole = self.any_prefix and n - bounds[-2] >= MIN_PREFILL_ROWS
+            self.kv.cold, self.kv.whole, self._prompt_logits = n if whole else bounds[-2], n, logits
         return Prefill(logits, kept)
+
+    def _chunks(self, kept: int, n: int) -> list[int]:
+        """Bounds of the prefill calls over prompt tokens [kept, n).  any_prefix: as few calls of
+        at most PREFILL_CHUNK rows as will do, of near-equal size (so each has MIN_PREFILL_ROWS rows
+        when _usable kept any).  Otherwise chunks end at multiples of PREFILL_CHUNK, as a cold
+        prefill's do, and the prompt's own last chunk is kept by no later prefill: with chunk-bound
+        reuse every kept row was computed in the very call shape a cold prefill gives it."""
+        if self.any_prefix:
+            calls = max(1, -(-(n - kept) // PREFILL_CHUNK))
+            return [kept + (n - kept) * i // calls for i in range(calls + 1)]
+        last = max(kept, (n - 1) // PREFILL_CHUNK * PREFILL_CHUNK)
+        return list(range(kept, last, PREFILL_CHUNK)) + [last, n] if kept < last else [kept, n]
 
     def cached_prefix(self, prompt: list[int]) -> int:
         """How many leading prompt tokens a prefill would keep, found by prefill's own rules without
@@ -158,10 +190,13 @@ class ModelRunner:
 
     def _usable(self, cold: int, shared: int, n: int) -> int:
         """Of `shared` leading tokens cached for an n-token prompt, those a prefill may keep: all but
-        the last token; exact, only whole chunks computed as a cold prefill computes them, before
-        the prompt's own last chunk."""
+        the last token; exact, only rows a prefill computed (`cold`): any_prefix, all but the
+        MIN_PREFILL_ROWS of the call that computes the rest; else whole chunks computed as a cold
+        prefill computes them, before the prompt's own last chunk."""
         if not self.exact:
             return min(shared, n - 1)
+        if self.any_prefix:
+            return max(0, min(shared, cold, n - MIN_PREFILL_ROWS))
         return min(shared, cold, (n - 1) // PREFILL_CHUNK * PREFILL_CHUNK) // PREFILL_CHUNK * PREFILL_CHUNK
 
     def _drop(self) -> int:
@@ -188,6 +223,9 @@ class ModelRunner:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # [T]
         slots = self.kv.append_prefix(tokens)  # [T]
         mask = causal_mask(start, len(tokens), self.device)  # [T, start + T]
+        if self.device.type == "cpu" and len(tokens) >= MIN_PREFILL_ROWS:  # [T, S]: whole KEY_BLOCKs
+            width = min(-(-(start + len(tokens)) // KEY_BLOCK) * KEY_BLOCK, self.cache.max_len)
+            mask = F.pad(mask, (0, width - mask.shape[1]))
         try:
             if not logits:
                 self.model(ids, slots, self.cache, slots, mask)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swiftspec.config import LoadConfig
+from swiftspec.exec.load import load_target
 from swiftspec.weights.loader import load_model
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)
@@ -31,3 +32,9 @@ def sharp_pair_dirs(tmp_path_factory):
 def _tiny_models_on_one_thread(one_thread):
     """Tiny models run fastest on one thread (and do not fight other tests for the cores): every
     test here runs under tests/conftest.py's one_thread."""
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_target(tiny_qwen_dir):
+    """The tiny target with int8 linears (the C++ kernels, row-invariant at every row count)."""
+    return load_target(str(tiny_qwen_dir), LoadConfig(dtype="float32", max_seq_len=256, weights="int8"))

@@ -70,6 +70,44 @@ def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft, m
         assert kept == [0, 48, 56, 0, 56, 60], kept
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_quantized_targets_keep_any_prefix_of_prefill_rows(mode, tiny_int8_target, tiny_draft, monkeypatch) -> None:
+    """A target whose rows do not depend on their call (int8 linears, ModelRunner.any_prefix) keeps
+    every shared token a prefill computed, chunk-aligned or not, leaving the MIN_PREFILL_ROWS its
+    recompute call needs; decode rows are computed anew.  Tokens equal a cold prefill's."""
+    from swiftspec.kernels import cpu_ext
+    if not cpu_ext.available("quant_linear"):
+        pytest.skip("no quantized kernel here")
+    monkeypatch.setattr("swiftspec.exec.runner.STORE_AFTER", 0)
+    rng = random.Random(1)
+    cached = build(mode, tiny_int8_target, tiny_draft, PromptStore(64 << 20))
+    cold = build(mode, tiny_int8_target, tiny_draft, None)
+    assert (cached.runner if mode == "ar" else cached.target.runner).any_prefix
+    kept = []
+    for prompt in session(rng):
+        want, _ = run(cold, prompt, reuse=False)
+        estimate = cached.cached_prefix(prompt)
+        got, stats = run(cached, prompt)
+        assert estimate == stats.cached_tokens and got == want, (mode, len(kept))
+        kept.append(stats.cached_tokens)
+    # each keeps all it shares but the 17 rows of its one call (MIN_PREFILL_ROWS): edited 45 of 50,
+    # the next turn 54 of edited's 62 (the 16 answer rows are decode rows: never kept), the first
+    # file from the store 43 of 60; the identical prompt all of itself
+    assert kept == [0, 45, 54, 0, 43, 60], kept
+
+
+def test_a_quantized_chat_turn_keeps_all_of_the_last_prompt(tiny_int8_target, tiny_draft) -> None:
+    """The next turn of a chat keeps every row the last prefill computed, whatever its length
+    (not only whole chunks), and computes the answer and the new message."""
+    engine = build("tree", tiny_int8_target, tiny_draft, None)
+    prompt = list(range(40, 77))
+    out, _ = run(engine, prompt)
+    turn = prompt + out + list(range(200, 220))
+    again, stats = run(engine, turn)
+    assert stats.cached_tokens == len(prompt)
+    assert again == run(build("tree", tiny_int8_target, tiny_draft, None), turn, reuse=False)[0]
+
+
 def test_a_repeated_prompt_copies_nothing_into_the_store(tiny_target) -> None:
     """A prefill that would overwrite no more than STORE_AFTER tokens of the live text (here the last
     answer) leaves the store alone: the repeat costs no copy."""
@@ -89,6 +127,7 @@ def test_a_chat_turn_keeps_the_last_prompts_whole_chunks(tiny_target, tiny_draft
     other shapes); the tokens are a cold prefill's."""
     monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 4)
     engine = build("tree", tiny_target, tiny_draft, None)
+    assert not engine.target.runner.any_prefix  # fp32 torch linears: rows depend on their call
     prompt = [5, 9, 14, 3, 22, 71, 8]
     out, _ = run(engine, prompt)
     assert len(out) == 16
