@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from swiftspec import kernels
-from swiftspec.kernels import cpu_ext
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.cache.prompt_store import Match, PromptStore, common_prefix
 from swiftspec.cache.tree_kv import TreeKV
+from swiftspec.kernels import cpu_ext
 from swiftspec.model.attention import Attention
 from swiftspec.parallel.linear import LinearBase
 

@@ -96,10 +96,3 @@ class ModelArgs:
     def weight_bytes(self, dtype: str, weights: str, head_rows: int | None = None) -> int:
         """Bytes our engine reads per forward with weights in format `weights` ("bf16" = dtype)."""
         return int(self.linear_weights(head_rows) * FORMAT_BYTES.get(weights, DTYPE_BYTES[dtype]))
-
-    @classmethod
-    def from_hf_config(cls, cfg: dict[str, Any]) -> "ModelArgs":
-        """Build from a transformers config.json dictionary (model/hf_args.py reads each family)."""
-        from swiftspec.model.hf_args import hf_fields
-
-        return cls(**hf_fields(cfg))

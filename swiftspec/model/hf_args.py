@@ -11,12 +11,17 @@ import math
 from typing import Any
 
 from swiftspec.config import ConfigError
-from swiftspec.model.args import SUPPORTED_ARCHS, RopeScaling
+from swiftspec.model.args import SUPPORTED_ARCHS, ModelArgs, RopeScaling
 
 # HF model_type -> our arch; Mistral is a Llama with a sliding window
 ARCH_OF_MODEL_TYPE = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
                       "gemma2": "gemma2", "gemma3_text": "gemma3"}
 _SLIDING, _FULL = "sliding_attention", "full_attention"
+
+
+def model_args(cfg: dict[str, Any]) -> ModelArgs:
+    """ModelArgs of a transformers config.json dictionary."""
+    return ModelArgs(**hf_fields(cfg))
 
 
 def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def tokenizer_type(args: ModelArgs) -> str | None:
 
 
 def hf_config(args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
-    """A transformers config.json for args (ModelArgs.from_hf_config reads it back unchanged)."""
+    """A transformers config.json for args (model/hf_args.model_args reads it back unchanged)."""
     model_type, hf_class = _HF_CLASSES["mistral" if args.arch == "llama" and args.sliding_window else args.arch]
     cfg: dict[str, Any] = {
         "architectures": [hf_class],

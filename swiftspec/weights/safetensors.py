@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from swiftspec.config import ConfigError
 from swiftspec.errors import UserError
 from swiftspec.model.args import ModelArgs
+from swiftspec.model.hf_args import model_args
 
 _INDEX = "model.safetensors.index.json"
 # The tensors the decoder takes; anything else in a checkpoint (rotary caches, ...) is skipped.
@@ -61,7 +62,7 @@ def open_hf_dir(path: Path) -> HFCheckpoint:
     if not config.is_file():
         raise UserError(f"{path} is not a model directory (no config.json)")
     try:
-        args = ModelArgs.from_hf_config(json.loads(config.read_text()))
+        args = model_args(json.loads(config.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise UserError(f"bad config.json in {path}: {type(e).__name__}: {e}") from None
     except ConfigError as e:

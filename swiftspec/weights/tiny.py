@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from swiftspec.model.args import ModelArgs
+from swiftspec.model.hf_args import model_args
 from swiftspec.weights.convert import hf_config
 from swiftspec.weights.gguf import hf_to_gguf_name, llama_permute
 from swiftspec.weights.gguf_arch import DEFAULT_SWA_PATTERN, swa_layers
@@ -199,7 +200,7 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
     import gguf
 
     hf_dir, out = Path(hf_dir), Path(out)
-    args = ModelArgs.from_hf_config(json.loads((hf_dir / "config.json").read_text()))
+    args = model_args(json.loads((hf_dir / "config.json").read_text()))
     writer = gguf.GGUFWriter(str(out), args.arch)
     _gguf_hparams(writer, args)
     _gguf_tokenizer(writer, hf_dir)

@@ -80,11 +80,10 @@ def test_the_chosen_engine_starts_from_the_pair_profile(tmp_cache: Path, tiny_qw
     from swiftspec.cli.main import build_parser
     from swiftspec.runtime import build_engine
     from swiftspec.runtime.auto.choose import decide
+    from swiftspec.runtime.auto.model import PairProfile
     from swiftspec.runtime.defaults import resolve_defaults
     from swiftspec.runtime.serial import SerialEngine
     from swiftspec.sampling import SamplingParams
-
-    from swiftspec.runtime.auto.model import PairProfile
 
     # the profile is cached whatever the host's load while it ran (a busy CI host made it "disturbed":
     # not cached, measured again by the engine): this test is about reading it, not about load

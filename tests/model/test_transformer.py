@@ -7,13 +7,14 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from swiftspec.model import ModelArgs, RopeScaling, Transformer, WeightLoadError
+from swiftspec.model.hf_args import model_args
 from swiftspec.model.layers import RotaryEmbedding
 
 ATOL = 1e-4
 PREFILL, DECODE_STEPS = 12, 16
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               head_dim=16, rms_norm_eps=1e-6)
-# Hub-style config.json dictionaries (the format ModelArgs.from_hf_config reads).
+# Hub-style config.json dictionaries (the format model/hf_args.model_args reads).
 LLAMA = dict(COMMON, model_type="llama", num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False,
              max_position_embeddings=128,
              # small original length so all three llama3 frequency bands occur at head_dim 16
@@ -47,7 +48,7 @@ def _checkpoint(hf: torch.nn.Module, tied: bool) -> list[tuple[str, torch.Tensor
 def pair(request):
     arch = request.param
     hf = _hf_model(arch)
-    args = ModelArgs.from_hf_config(CONFIGS[arch][0])
+    args = model_args(CONFIGS[arch][0])
     ours = Transformer(args, dtype=torch.float32)
     ours.load_weights(_checkpoint(hf, args.tie_word_embeddings))
     return hf, ours
@@ -68,10 +69,10 @@ def _causal_mask(num_tokens: int) -> torch.Tensor:
 
 
 def test_args_from_config():
-    args = ModelArgs.from_hf_config(LLAMA)
+    args = model_args(LLAMA)
     assert args.rope_scaling.kind == "llama3" and args.rope_scaling.original_max_position == 64
     assert not args.qkv_bias and not args.tie_word_embeddings
-    qwen = ModelArgs.from_hf_config(QWEN2)
+    qwen = model_args(QWEN2)
     assert qwen.qkv_bias and qwen.tie_word_embeddings and qwen.num_kv_heads == 1
 
 
