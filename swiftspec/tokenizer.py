@@ -1,7 +1,7 @@
 """Text <-> token ids: a thin wrapper over a transformers fast tokenizer, plus streaming detokenization.
 
 Built from a directory's tokenizer.json / tokenizer_config.json, or converted from a GGUF's
-metadata by transformers (weights/convert.py's tokenizer cache then saves it as those two files).
+metadata by transformers (weights/tokenizer_cache.py's tokenizer cache then saves it as those two files).
 """
 
 from __future__ import annotations

@@ -5,16 +5,16 @@ quantized-weight formats and model conversion."""
 
 from __future__ import annotations
 
-from swiftspec.kernels.convert import (
+from swiftspec.kernels.decoder import MAX_DECODER_ROWS, CpuDecoder, LayerWeights, cpu_decoder
+from swiftspec.kernels.dispatch import attention, linear, rms_norm, swiglu, swiglu_act, tree_attention, use_triton
+from swiftspec.kernels.packed import PackedWeight, select_tiles
+from swiftspec.kernels.prepare import (
     prepare_model_,
     prepare_weight,
     quantize_linear_,
     quantize_model_,
     quantize_weight,
 )
-from swiftspec.kernels.decoder import MAX_DECODER_ROWS, CpuDecoder, LayerWeights, cpu_decoder
-from swiftspec.kernels.dispatch import attention, linear, rms_norm, swiglu, swiglu_act, tree_attention, use_triton
-from swiftspec.kernels.packed import PackedWeight, select_tiles
 from swiftspec.kernels.quant import quantize_int4, quantize_int8
 from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quant_linear_ref
 from swiftspec.kernels.rowwise import rms_norm_ref

@@ -124,7 +124,7 @@ def _int4_fit_chunk(groups: torch.Tensor) -> torch.Tensor:
 
 def quantize_int4(w: torch.Tensor, group_size: int = 128) -> PackedWeight:
     """Group-wise asymmetric int4 (w ~= d * q + mn, q in 0..15).  w: [N, K], K % group_size == 0.
-    Each group's (d, mn) is the int4 search's, rounded to fp16; conversion (convert.py) packs with
+    Each group's (d, mn) is the int4 search's, rounded to fp16; conversion (prepare.py) packs with
     this.  The C++ quantizer where the extension is built (csrc/int4_quantize.cpp: the same bits
     on every CPU), else the same steps in torch with int4_fit_ref (whose sums run in another
     order, so a near-tie may go the other way)."""

@@ -1,7 +1,7 @@
 """Model loading: a local GGUF file or HF directory (weights.source resolves names to one) ->
 LoadedModel (Transformer + Tokenizer), and the header-only and tokenizer-only reads beside it.
 
-A GGUF loads straight from the file, and only its tokenizer is cached (convert.py): with
+A GGUF loads straight from the file, and only its tokenizer is cached (tokenizer_cache.py): with
 `--weights gguf` the linears it holds as Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 are packed as
 stored (gguf_native.py) and every other tensor is dequantized from it; for bf16, int8 and int4 every
 tensor is dequantized from it (in C++ for Q8_0 / Q5_0 / Q4_0, the bulk of the default draft) and then
@@ -75,7 +75,7 @@ def load_tokenizer(path: Path, cache: Path | None = None) -> Tokenizer:
     """The tokenizer of an HF directory, or of a GGUF file (through its tokenizer-only cache entry)."""
     if path.is_dir():
         return Tokenizer.from_dir(path)
-    from swiftspec.weights.convert import ensure_tokenizer
+    from swiftspec.weights.tokenizer_cache import ensure_tokenizer
 
     return Tokenizer.from_dir(ensure_tokenizer(path, cache or cache_dir()))
 

@@ -19,9 +19,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 
 from swiftspec.model.args import ModelArgs
 from swiftspec.model.hf_args import model_args
-from swiftspec.weights.convert import hf_config
 from swiftspec.weights.gguf import hf_to_gguf_name, llama_permute
 from swiftspec.weights.gguf_arch import DEFAULT_SWA_PATTERN, swa_layers
+from swiftspec.weights.tokenizer_cache import hf_config
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Qwen2.5-Coder's fill-in-the-middle and repository tokens, for a tiny model that can serve FIM.

@@ -80,7 +80,7 @@ def test_the_chosen_engine_starts_from_the_pair_profile(tmp_cache: Path, tiny_qw
     from swiftspec.cli.main import build_parser
     from swiftspec.runtime import build_engine
     from swiftspec.runtime.auto.choose import decide
-    from swiftspec.runtime.auto.model import PairProfile
+    from swiftspec.runtime.auto.predict import PairProfile
     from swiftspec.runtime.defaults import resolve_defaults
     from swiftspec.runtime.serial import SerialEngine
     from swiftspec.sampling import SamplingParams

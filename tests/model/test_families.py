@@ -213,8 +213,8 @@ def test_family_gguf_tokenizer_is_transformers_own(name, tmp_path):
     """The tokenizer read from a GGUF by its model type (convert.tokenizer_type, skipping
     transformers' parse of the whole file into a config) is the one AutoTokenizer finds alone."""
     from swiftspec.tokenizer import Tokenizer
-    from swiftspec.weights.convert import ensure_tokenizer
     from swiftspec.weights.tiny import write_gguf
+    from swiftspec.weights.tokenizer_cache import ensure_tokenizer
 
     save_family(name, tmp_path / "hf", overrides={"query_pre_attn_scalar": 16} if name.startswith("gemma") else {})
     path = write_gguf(tmp_path / "hf", tmp_path / "m.gguf")

@@ -12,7 +12,7 @@ from swiftspec.cli.main import build_parser
 from swiftspec.config import AutoConfig, ConfigError, EngineConfig, TreeConfig
 from swiftspec.runtime.auto import store
 from swiftspec.runtime.auto.choose import Decision, choose, predictions
-from swiftspec.runtime.auto.model import (
+from swiftspec.runtime.auto.predict import (
     Costs,
     DraftProfile,
     PairProfile,

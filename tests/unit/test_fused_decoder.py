@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from swiftspec import kernels
 from swiftspec.kernels import cpu_ext, kquant, qblock
-from swiftspec.kernels.convert import is_linear
+from swiftspec.kernels.prepare import is_linear
 from swiftspec.model import ModelArgs, Transformer
 from swiftspec.tree import mask_from_parents
 from swiftspec.weights.tiny import random_kquant_blocks, random_weights

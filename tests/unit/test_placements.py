@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.placements import Setting, break_even, forecast, max_rtt, report
+from swiftspec.runtime.auto.predict import Costs, DraftProfile, PairProfile, Position
 
 TREE = TreeConfig()
 

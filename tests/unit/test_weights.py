@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from swiftspec.config import LoadConfig
 from swiftspec.exec.runner import causal_mask
 from swiftspec.model.args import RopeScaling
-from swiftspec.weights import convert
+from swiftspec.weights import tokenizer_cache
 from swiftspec.weights.gguf import (
     GGUFCheckpoint,
     gguf_to_hf_name,
@@ -128,20 +128,20 @@ def test_sharded_hf_dir(tiny_qwen_dir: Path, tmp_path: Path) -> None:
 def test_tokenizer_cache_hit_and_invalidation(tiny_qwen_dir: Path, tmp_path: Path, monkeypatch) -> None:
     gguf = write_gguf(tiny_qwen_dir, tmp_path / "m.gguf")
     cache = tmp_path / "cache"
-    out = convert.ensure_tokenizer(gguf, cache)
-    assert out == convert.tokenizer_dir(gguf, cache) and (out / "tokenizer.json").is_file()
+    out = tokenizer_cache.ensure_tokenizer(gguf, cache)
+    assert out == tokenizer_cache.tokenizer_dir(gguf, cache) and (out / "tokenizer.json").is_file()
     assert [p.name for p in cache.iterdir()] == ["tokenizers"] and [p.name for p in out.parent.iterdir()] == [out.name]
     with monkeypatch.context() as m:  # a hit must not convert the tokenizer again
-        m.setattr(convert.Tokenizer, "from_gguf", None)
-        assert convert.ensure_tokenizer(gguf, cache) == out
+        m.setattr(tokenizer_cache.Tokenizer, "from_gguf", None)
+        assert tokenizer_cache.ensure_tokenizer(gguf, cache) == out
         tok = load_tokenizer(gguf, cache)
     text = "def add(a, b):\n    return a + b"
     assert tok.encode(text) == load_tokenizer(tiny_qwen_dir).encode(text)
-    convert.Tokenizer.from_gguf(gguf).save(tmp_path / "own")  # as transformers finds the class alone
+    tokenizer_cache.Tokenizer.from_gguf(gguf).save(tmp_path / "own")  # as transformers finds the class alone
     for file in ("tokenizer.json", "tokenizer_config.json"):
         assert (out / file).read_text() == (tmp_path / "own" / file).read_text()
     os.utime(gguf, ns=(0, 10**9))
-    assert convert.tokenizer_dir(gguf, cache) != out
+    assert tokenizer_cache.tokenizer_dir(gguf, cache) != out
 
 
 @pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_K"), ("llama", "Q4_K"), ("llama", "Q8_0")])

@@ -8,7 +8,7 @@ import sys
 
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig, chain_config, require_settled
 from swiftspec.runtime.auto import store
-from swiftspec.runtime.auto.model import (
+from swiftspec.runtime.auto.predict import (
     Calibration,
     DraftProfile,
     PairProfile,

@@ -17,7 +17,7 @@ from swiftspec.config import ConfigError, EngineConfig
 from swiftspec.exec.runner import ModelRunner, causal_mask
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.groups import Layout
-from swiftspec.runtime.auto.model import Costs, DraftProfile, PairProfile, Position
+from swiftspec.runtime.auto.predict import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.loaded import LoadedModel

@@ -1,4 +1,4 @@
-"""The packed-draft cache (spec/draft_cache.py): a GGUF draft packed as int8/int4 is written once and
+"""The packed-draft cache (spec/packed_drafts.py): a GGUF draft packed as int8/int4 is written once and
 read back, tensor for tensor, as packing it again would give; a damaged entry is packed again."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 from swiftspec.config import LoadConfig, TreeConfig
 from swiftspec.exec.runner import causal_mask
 from swiftspec.kernels import PackedWeight
-from swiftspec.spec import draft_cache
-from swiftspec.spec.draft_cache import load_drafter
+from swiftspec.spec import packed_drafts
+from swiftspec.spec.packed_drafts import load_drafter
 from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 
 pytest.importorskip("gguf")
@@ -50,8 +50,8 @@ def test_a_packed_draft_reads_back_as_packed(draft_gguf: Path, tmp_cache: Path, 
     entries = list((tmp_cache / "drafts").iterdir())
     assert [p.suffix for p in entries] == [".safetensors"] and weights in entries[0].name
     with monkeypatch.context() as m:  # read from the entry: the file is neither decoded nor packed
-        m.setattr(draft_cache, "load_model", None)
-        m.setattr(draft_cache, "build_drafter", None)
+        m.setattr(packed_drafts, "load_model", None)
+        m.setattr(packed_drafts, "build_drafter", None)
         cached = load_drafter(str(draft_gguf), load, TreeConfig(), 64, 0)
     want, got = _tensors(packed.loaded.model), _tensors(cached.loaded.model)
     assert want.keys() == got.keys() and any(".q" in k for k in got)
@@ -75,12 +75,12 @@ def test_a_damaged_entry_is_packed_again(draft_gguf: Path, tmp_cache: Path, capl
 def test_a_new_entry_replaces_the_stale_ones(draft_gguf: Path, tmp_cache: Path, monkeypatch) -> None:
     load = LoadConfig(weights="int4")
     load_drafter(str(draft_gguf), load, TreeConfig(), 64, 0)
-    monkeypatch.setattr(draft_cache, "CACHE_VERSION", draft_cache.CACHE_VERSION + 1)  # as a kernel change would
+    monkeypatch.setattr(packed_drafts, "CACHE_VERSION", packed_drafts.CACHE_VERSION + 1)  # as a kernel change would
     load_drafter(str(draft_gguf), load, TreeConfig(), 64, 0)
     load_drafter(str(draft_gguf), LoadConfig(weights="int8"), TreeConfig(), 64, 0)
     names = sorted(p.name for p in (tmp_cache / "drafts").iterdir())
     assert len(names) == 2 and "-int4-" in names[0] and "-int8-" in names[1]
-    assert draft_cache._entry(draft_gguf, load, 0).name in names
+    assert packed_drafts._entry(draft_gguf, load, 0).name in names
 
 
 def test_only_packed_cpu_gguf_drafts_are_cached(draft_gguf: Path, tiny_qwen_dir: Path, tmp_cache: Path) -> None:
