@@ -88,7 +88,7 @@ def random_model(args: ModelArgs, place: Placement) -> RandomModel:
     model = Transformer(args, dtype=place.dtype, device=place.device)
     draw = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator(draw).manual_seed(place.seed)
-    # weights/tiny.py's scales: small embeddings keep the residual stream dominated by the layers,
+    # testing/tiny.py's scales: small embeddings keep the residual stream dominated by the layers,
     # and a tied head's final-norm gain makes logits O(1) apart.
     gain = 0.5 * args.hidden_size**0.5 if args.tie_word_embeddings else 1.0
     with torch.no_grad():

@@ -21,7 +21,7 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.kernels import capability, cpu_ext, kquant, qblock
-from swiftspec.weights.tiny import random_kquant_blocks
+from swiftspec.testing.tiny import random_kquant_blocks
 
 SHAPES = [(1536, 1536), (256, 1536), (8960, 1536), (1536, 8960)]  # (N, K): q|o, k|v, gate|up, down
 COPIES = 6  # x ~30 M weights per set: more than the L3 in every format

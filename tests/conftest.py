@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from swiftspec.kernels import cpu_ext
+from swiftspec.testing.tiny import make_perturbed_draft, make_tiny_checkpoint
 from swiftspec.weights.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, is_pulled, model_path
-from swiftspec.weights.tiny import make_perturbed_draft, make_tiny_checkpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ def greedy_tokens(device: str) -> list[int]:
     from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
     from swiftspec.runtime import build_engine
     from swiftspec.sampling import SamplingParams
-    from swiftspec.weights.tiny import make_perturbed_draft, make_tiny_checkpoint
+    from swiftspec.testing.tiny import make_perturbed_draft, make_tiny_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="swiftspec-check-") as tmp:
         target = make_tiny_checkpoint(Path(tmp) / "target")

@@ -55,7 +55,7 @@ def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_pa
 def test_async_refuses_a_draft_of_another_vocabulary(tiny_qwen_dir, tmp_path) -> None:
     """The workers' draft is checked against the target as the serial engines check theirs."""
     from swiftspec.config import ConfigError
-    from swiftspec.weights.tiny import make_tiny_checkpoint
+    from swiftspec.testing.tiny import make_tiny_checkpoint
 
     other = make_tiny_checkpoint(tmp_path / "other", vocab_size=600)
     with pytest.raises(ConfigError, match=r"do not pair: token 509 is '<\|endoftext\|>' in the target's"):

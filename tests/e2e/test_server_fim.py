@@ -21,8 +21,8 @@ from swiftspec.exec.load import load_target
 from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt, repo_prompt
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
+from swiftspec.testing.tiny import make_perturbed_draft
 from swiftspec.tokenizer import Tokenizer
-from swiftspec.weights.tiny import make_perturbed_draft
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,8 +15,8 @@ import torch
 import transformers
 
 from swiftspec.config import LoadConfig
+from swiftspec.testing.tiny import add_tokenizer
 from swiftspec.weights.loader import load_model
-from swiftspec.weights.tiny import add_tokenizer
 
 ATOL = 1e-4  # fp32, logits of O(1)
 VOCAB, PREFILL, DECODE_STEPS, WINDOW = 512, 10, 6, 5  # the tiny BPE needs 512 for merges
@@ -132,7 +132,7 @@ def test_family_tree_branches_match_causal_paths(family):
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_family_gguf_round_trip_matches_transformers(name, weights, tmp_path, tmp_cache):
     """The family exported as a llama.cpp-style F32 GGUF loads to the same logits."""
-    from swiftspec.weights.tiny import write_gguf
+    from swiftspec.testing.tiny import write_gguf
 
     overrides = {"query_pre_attn_scalar": 16} if name.startswith("gemma") else {}  # what a GGUF implies
     hf = save_family(name, tmp_path / "hf", overrides=overrides)
@@ -159,7 +159,7 @@ def test_gemma3_tree_and_chain_greedy_equal_ar(tmp_path):
     from swiftspec.runtime.serial import SerialEngine
     from swiftspec.sampling import SamplingParams
     from swiftspec.spec import TreeDrafter
-    from swiftspec.weights.tiny import make_perturbed_draft
+    from swiftspec.testing.tiny import make_perturbed_draft
 
     save_family("gemma3", tmp_path / "target")
     make_perturbed_draft(tmp_path / "target", tmp_path / "draft", noise=0.05)
@@ -212,8 +212,8 @@ def test_mistral_window_reaches_the_fused_cpu_decoder(tmp_path):
 def test_family_gguf_tokenizer_is_transformers_own(name, tmp_path):
     """The tokenizer read from a GGUF by its model type (convert.tokenizer_type, skipping
     transformers' parse of the whole file into a config) is the one AutoTokenizer finds alone."""
+    from swiftspec.testing.tiny import write_gguf
     from swiftspec.tokenizer import Tokenizer
-    from swiftspec.weights.tiny import write_gguf
     from swiftspec.weights.tokenizer_cache import ensure_tokenizer
 
     save_family(name, tmp_path / "hf", overrides={"query_pre_attn_scalar": 16} if name.startswith("gemma") else {})

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from swiftspec.exec.runner import ModelRunner
 from swiftspec.sampling import SamplingParams, process_logits
-from swiftspec.weights.tiny import make_perturbed_draft, make_tiny_checkpoint
+from swiftspec.testing.tiny import make_perturbed_draft, make_tiny_checkpoint
 
 END = -1  # marks "the request ended at EOS" in a sample of the first tokens
 

@@ -12,8 +12,8 @@ import pytest
 
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
+from swiftspec.testing.tiny import write_gguf
 from swiftspec.weights.loader import load_model
-from swiftspec.weights.tiny import write_gguf
 
 LOAD = LoadConfig(dtype="float32")
 

@@ -13,8 +13,8 @@ from swiftspec import kernels
 from swiftspec.kernels import cpu_ext, kquant, qblock
 from swiftspec.kernels.prepare import is_linear
 from swiftspec.model import ModelArgs, Transformer
+from swiftspec.testing.tiny import random_kquant_blocks, random_weights
 from swiftspec.tree import mask_from_parents
-from swiftspec.weights.tiny import random_kquant_blocks, random_weights
 
 PROMPT = 20  # > MAX_DECODER_ROWS: the prefill runs unfused in both models
 PARENTS = torch.tensor([-1, 0, 0, 1, 1, 2, 3])  # a 7-node tree verified after the prompt

@@ -17,7 +17,7 @@ import torch
 
 from swiftspec.kernels import cpu_ext, kquant
 from swiftspec.kernels.quant_ref import dequantize, quant_linear_a8_ref, quantize_act_ref
-from swiftspec.weights.tiny import random_kquant_blocks as random_blocks
+from swiftspec.testing.tiny import random_kquant_blocks as random_blocks
 
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402

@@ -16,9 +16,9 @@ from swiftspec.config import LoadConfig
 from swiftspec.exec.load import load_target
 from swiftspec.kernels.packed import PackedWeight
 from swiftspec.kernels.quant_ref import dequantize
+from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights.gguf import GGUFCheckpoint
 from swiftspec.weights.loader import load_model
-from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights.tokenizer_cache import tokenizer_dir
 
 pytest.importorskip("gguf")

@@ -12,10 +12,10 @@ import pytest
 from swiftspec.cli.main import main
 from swiftspec.config import LoadConfig
 from swiftspec.errors import UserError
+from swiftspec.testing.tiny import write_gguf
 from swiftspec.weights.hub import HubId, parse_hub_id
 from swiftspec.weights.loader import load_model
 from swiftspec.weights.source import resolve_source
-from swiftspec.weights.tiny import write_gguf
 
 LOAD = LoadConfig(dtype="float32", max_seq_len=64)
 REVISION = "0123456789abcdef0123456789abcdef01234567"

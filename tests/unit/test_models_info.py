@@ -9,8 +9,8 @@ import gguf
 import numpy as np
 
 from swiftspec.cli.main import main
+from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights.describe import describe
-from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 
 
 def test_gguf_k_quants_run_as_stored(tmp_path: Path) -> None:

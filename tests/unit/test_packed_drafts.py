@@ -13,7 +13,7 @@ from swiftspec.exec.runner import causal_mask
 from swiftspec.kernels import PackedWeight
 from swiftspec.spec import packed_drafts
 from swiftspec.spec.packed_drafts import load_drafter
-from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
+from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 
 pytest.importorskip("gguf")
 

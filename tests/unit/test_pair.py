@@ -7,8 +7,8 @@ import pytest
 
 from swiftspec.config import ConfigError
 from swiftspec.exec.load import check_pair
+from swiftspec.testing.tiny import add_tokenizer
 from swiftspec.tokenizer import Tokenizer, vocab_mismatch
-from swiftspec.weights.tiny import add_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from swiftspec.errors import UserError
+from swiftspec.testing.tiny import write_gguf
 from swiftspec.tokenizer import IncrementalDecoder, Tokenizer
-from swiftspec.weights.tiny import write_gguf
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "café naïve 日本語 🙂 emoji", "  leading spaces\tand tabs", ""]
 

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from swiftspec.config import LoadConfig
 from swiftspec.exec.runner import causal_mask
 from swiftspec.model.args import RopeScaling
+from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights import tokenizer_cache
 from swiftspec.weights.gguf import (
     GGUFCheckpoint,
@@ -30,7 +31,6 @@ from swiftspec.weights.gguf import (
 from swiftspec.weights.gguf_reader import FastReader, PackedArray
 from swiftspec.weights.loader import load_model, load_tokenizer
 from swiftspec.weights.safetensors import open_hf_dir
-from swiftspec.weights.tiny import make_tiny_checkpoint, write_gguf
 
 DIRS = {"qwen2": "tiny_qwen_dir", "llama": "tiny_llama_dir"}
 NAMES = [
