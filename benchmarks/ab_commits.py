@@ -26,7 +26,7 @@ try:
     from swiftspec.runtime.defaults import default_draft_weights
 except ImportError:  # a checkout from before issue 37 (one resolve_defaults)
     try:
-        from swiftspec.exec.load import default_draft_weights
+        from swiftspec.runner.load import default_draft_weights
     except ImportError:  # a checkout from before the exec layer
         from swiftspec.runtime import default_draft_weights
 from swiftspec.sampling import SamplingParams

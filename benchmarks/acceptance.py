@@ -22,11 +22,11 @@ import torch
 from swiftspec import kernels
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import LoadConfig, TreeConfig
-from swiftspec.exec.load import load_target
+from swiftspec.runner.load import load_target
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import TreeDrafter
-from swiftspec.spec.vocab import pruned_vocab
+from swiftspec.speculate import TreeDrafter
+from swiftspec.speculate.vocab import pruned_vocab
 from swiftspec.weights.loader import load_model
 
 SIZE = 32768

@@ -17,7 +17,7 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.exec.runner import ModelRunner
+from swiftspec.runner.model_runner import ModelRunner
 from swiftspec.weights.loader import load_model
 
 PREFIX = 300

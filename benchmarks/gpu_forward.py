@@ -1,5 +1,5 @@
 """Per-forward latency for benchmarks/gpu_check.py (step 2): target and draft at 1 and 8 rows after a
-prefix, eager and replaying CUDA graphs (exec/cuda_graph.py), and the floor under any forward: one
+prefix, eager and replaying CUDA graphs (runner/cuda_graph.py), and the floor under any forward: one
 tiny op, timed with CUDA events on a GPU (perf_counter on the CPU)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Callable
 import torch
 from gpu_pair import RandomModel
 
-from swiftspec.exec.cuda_graph import GraphRunner
-from swiftspec.exec.runner import ModelRunner
+from swiftspec.runner.cuda_graph import GraphRunner
+from swiftspec.runner.model_runner import ModelRunner
 
 WARMUP_CALLS = 3
 

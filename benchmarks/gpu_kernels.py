@@ -100,8 +100,8 @@ def swiglu_rows(iters: int, quick: bool) -> list[Timing]:
 
 def step_rows(iters: int, quick: bool) -> list[Timing]:
     """One forward of n tree tokens over a 1000-token prefix: eager vs replaying a CUDA graph."""
-    from swiftspec.exec.cuda_graph import GraphRunner
-    from swiftspec.exec.runner import ModelRunner
+    from swiftspec.runner.cuda_graph import GraphRunner
+    from swiftspec.runner.model_runner import ModelRunner
 
     runner = ModelRunner(_draft_sized_model(), 2048, max_nodes=64)
     runner.extend(list(range(1000)))

@@ -21,7 +21,7 @@ from swiftspec.model import ModelArgs, Transformer
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.build import chain_config
 from swiftspec.runtime.serial import SerialEngine
-from swiftspec.spec import TreeDrafter
+from swiftspec.speculate import TreeDrafter
 
 # The GGUFs hold an output matrix of their own (tie_word_embeddings False as swiftspec reads them).
 _QWEN = dict(arch="qwen2", rope_theta=1_000_000.0, qkv_bias=True, tie_word_embeddings=False,
@@ -102,7 +102,7 @@ def random_model(args: ModelArgs, place: Placement) -> RandomModel:
 
 
 def random_target(args: ModelArgs, place: Placement) -> RandomModel:
-    """random_model packed as place.weights asks (exec.load.load_target's last step)."""
+    """random_model packed as place.weights asks (runner.load.load_target's last step)."""
     target = random_model(args, place)
     kernels.prepare_model_(target.model, place.weights)
     return target
@@ -110,7 +110,7 @@ def random_target(args: ModelArgs, place: Placement) -> RandomModel:
 
 def make_drafter(draft: RandomModel, tree: TreeConfig, max_seq_len: int, weights: str,
                  draft_vocab: int) -> TreeDrafter:
-    """spec.drafter.build_drafter for a random draft: the pruned LM head keeps the first draft_vocab
+    """speculate.drafter.build_drafter for a random draft: the pruned LM head keeps the first draft_vocab
     ids (the real pair's table needs the real tokenizer; with random weights any ids cost the same),
     beside the full head.  Takes a draft from random_model (dense: packed here)."""
     model = draft.model

@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.exec.load import load_target
-from swiftspec.exec.runner import KEY_BLOCK, MIN_PREFILL_ROWS, ModelRunner
 from swiftspec.kernels import PackedWeight, cpu_ext
 from swiftspec.parallel.linear import LinearBase, ParallelLMHead
+from swiftspec.runner.load import load_target
+from swiftspec.runner.model_runner import KEY_BLOCK, MIN_PREFILL_ROWS, ModelRunner
 
 PEAK_SRC = pathlib.Path(__file__).with_name("isa_peak.cpp")
 

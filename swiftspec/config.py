@@ -72,7 +72,7 @@ class LoadConfig:
 
     device: str = "cpu"  # or AUTO, until runtime.defaults.resolve_defaults settles it
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
-    max_seq_len: int = 0  # tokens of context (KV cache length); 0: the model's own, within memory (exec.load)
+    max_seq_len: int = 0  # tokens of context (KV cache length); 0: the model's own, within memory (runner.load)
     # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"; None (no --weights or
     # --draft-weights): the default, settled by runtime.defaults.resolve_defaults
     weights: str | None = "bf16"

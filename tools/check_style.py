@@ -23,8 +23,8 @@ LAYERS = (
     ("cli",),  # the `swiftspec` command: flags (engine_args) and the dispatch to the front ends
     ("serve", "bench"),  # front ends: the HTTP server, the benchmark harness
     ("runtime",),  # engines (ar, serial, async), build_engine, auto, async protocol, supervisor, trace, device
-    ("spec",),  # speculation: TreeDrafter, prompt lookup, TreeVerifier
-    ("exec", "testing"),  # execution: ModelRunner, CUDA graphs, loading a target ready to run; tiny test models
+    ("speculate",),  # speculation: TreeDrafter, prompt lookup, TreeVerifier
+    ("runner", "testing"),  # execution: ModelRunner, CUDA graphs, loading a target ready to run; tiny test models
     ("weights", "model", "cache", "parallel", "kernels"),  # a model and what it runs on
     ("tree", "verify", "sampling", "tokenizer", "fim", "config", "errors"),  # pure logic and plain data
 )

@@ -31,7 +31,7 @@ import pathlib
 import sysconfig
 import zipfile
 
-from swiftspec.spec.vocab import TABLE_DIR, fingerprint
+from swiftspec.speculate.vocab import TABLE_DIR, fingerprint
 from swiftspec.weights.loader import load_tokenizer
 from swiftspec.weights.source import resolve_source
 

@@ -26,8 +26,8 @@ from swiftspec.bench.runners import Lineup, build_lineup, mode_config, resolve_s
 from swiftspec.bench.summary import DEFINITIONS, ModeInputs, add_speedups, mode_entry
 from swiftspec.config import EngineConfig
 from swiftspec.errors import UserError
-from swiftspec.exec.load import CONTEXT_STEP, with_context
 from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt
+from swiftspec.runner.load import CONTEXT_STEP, with_context
 
 ALL_MODES = "ar,chain,tree,async,auto,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
 

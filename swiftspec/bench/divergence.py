@@ -53,13 +53,13 @@ class TieProbe:
         self.source = source
         self.load = load
         self.eps = torch.finfo(_DTYPES[load.dtype]).eps
-        self._runner = None  # swiftspec.exec.runner.ModelRunner, built on first use
+        self._runner = None  # swiftspec.runner.model_runner.ModelRunner, built on first use
 
     def top2(self, ids: list[int]) -> torch.Tensor:
         """The two largest next-token logits after `ids`, float32 [2], largest first."""
         if self._runner is None:
-            from swiftspec.exec.load import load_target
-            from swiftspec.exec.runner import ModelRunner
+            from swiftspec.runner.load import load_target
+            from swiftspec.runner.model_runner import ModelRunner
 
             model = load_target(self.source, self.load).model  # in the mode's weight format
             self._runner = ModelRunner(model, self.load.max_seq_len, max_nodes=1)

@@ -66,7 +66,7 @@ def _scored(window_logits: list[torch.Tensor], windows: list[list[int]], label: 
 
 def load_for(source: str, fmt: str, device: str = "cpu"):
     """The target model as `fmt` runs it (the runtime's own loading and packing)."""
-    from swiftspec.exec.load import load_target
+    from swiftspec.runner.load import load_target
 
     if fmt == REFERENCE:
         return load_target(source, LoadConfig(device=device, dtype="float32", weights="bf16")).model

@@ -7,7 +7,7 @@ import os
 import re
 
 from swiftspec.errors import UserError
-from swiftspec.exec.load import PROMPT_CACHE_MAX_MB, PROMPT_CACHE_SHARE, free_memory
+from swiftspec.runner.load import PROMPT_CACHE_MAX_MB, PROMPT_CACHE_SHARE, free_memory
 
 
 def prompt_cache_line(url: str | None) -> str:

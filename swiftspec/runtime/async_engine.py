@@ -20,9 +20,9 @@ import torch
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import NO_DRAFT, EngineConfig
 from swiftspec.errors import EngineFault
-from swiftspec.exec.load import check_pair
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.rendezvous import Joined
+from swiftspec.runner.load import check_pair
 from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
 from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Start, Verified
 from swiftspec.runtime.startup import StartupProfile, Warmup, async_profile
@@ -30,7 +30,7 @@ from swiftspec.runtime.supervisor import Limits
 from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.runtime.worker_group import WorkerGroup
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
-from swiftspec.spec import TreeVerifier
+from swiftspec.speculate import TreeVerifier
 from swiftspec.tree import mask_from_parents
 from swiftspec.weights.loaded import LoadedModel
 from swiftspec.weights.loader import load_tokenizer, model_args
@@ -92,7 +92,7 @@ class AsyncEngine:
         return self.workers.target
 
     def _check_draft(self) -> None:
-        """The draft the workers load must pair with the target (exec.load.check_pair); read from
+        """The draft the workers load must pair with the target (runner.load.check_pair); read from
         its tokenizer and header alone."""
         path = resolve_source(self.config.draft)
         check_pair(self.tokenizer, load_tokenizer(path), self.target.args.vocab_size, model_args(path).vocab_size)

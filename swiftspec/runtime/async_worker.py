@@ -30,8 +30,8 @@ from swiftspec.runtime.protocol import (
 )
 from swiftspec.runtime.supervisor import LOAD_S
 from swiftspec.runtime.trace import Timeline
-from swiftspec.spec import TreeDrafter, TreeVerifier
-from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
+from swiftspec.speculate import TreeDrafter, TreeVerifier
+from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
 from swiftspec.tree import mask_from_parents
 
 
@@ -186,7 +186,7 @@ def load_for_rank(source: str, load: LoadConfig, groups: Groups):
         torch.cuda.set_device(device)
         load = dataclasses.replace(load, device=device)
     if groups.role == "target":
-        from swiftspec.exec.load import load_target
+        from swiftspec.runner.load import load_target
 
         return load_target(source, load, groups.parallel)
     return load_model(source, load, groups.parallel)
@@ -228,7 +228,7 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
 
 def _make_drafter(config: EngineConfig, groups: Groups):
     """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
-    from swiftspec.spec import LookupDrafter, build_drafter, load_drafter
+    from swiftspec.speculate import LookupDrafter, build_drafter, load_drafter
 
     if config.draft == NO_DRAFT:
         return LookupDrafter(config.tree)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 from swiftspec.cache.prompt_store import PromptStore
-from swiftspec.exec.cuda_graph import attach
-from swiftspec.exec.runner import ModelRunner
+from swiftspec.runner.cuda_graph import attach
+from swiftspec.runner.model_runner import ModelRunner
 from swiftspec.runtime.base import Generation, RequestState, Rounds
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed

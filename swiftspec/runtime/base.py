@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from swiftspec.cache.prompt_store import PromptStore
-    from swiftspec.exec.runner import Prefill
+    from swiftspec.runner.model_runner import Prefill
     from swiftspec.runtime.trace import TraceFile
     from swiftspec.tokenizer import Tokenizer
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, chain_config, require_settled
-from swiftspec.exec.load import check_pair, load_target, prompt_store, resolve_context
+from swiftspec.runner.load import check_pair, load_target, prompt_store, resolve_context
 from swiftspec.runtime.base import Engine
 from swiftspec.runtime.startup import StartupProfile
 from swiftspec.weights.loaded import LoadedModel
@@ -20,7 +20,7 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None,
     runtime.defaults.resolve_defaults (its context length, when 0, is settled here, where the
     models' headers and the free memory are known).  With config.trace set,
     every request's timeline goes to that file.  target: the target already loaded as
-    config.target_load asks (exec.load.load_target, tensor-parallel size 1), which engines may
+    config.target_load asks (runner.load.load_target, tensor-parallel size 1), which engines may
     share (each keeps its own KV cache); None loads it.  startup: the engine's start-up profile when
     known already (auto's decision carries the chosen engine's); None: the engine measures its own."""
     require_settled(config)
@@ -58,7 +58,7 @@ def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupPro
 
         return AutoregressiveEngine(target, max_seq_len, prompt_store(config))
     from swiftspec.runtime.serial import SerialEngine
-    from swiftspec.spec import LookupDrafter, load_drafter
+    from swiftspec.speculate import LookupDrafter, load_drafter
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree

@@ -3,7 +3,7 @@ after parsing: the device, the target's and the draft's weight formats, and the 
 tree verifies against that device's CPU kernels.
 
 Settled elsewhere, where what they need is known: the context length (max_seq_len 0) when the
-engine is built (exec.load.resolve_context: the models' headers and the free memory), the bench's
+engine is built (runner.load.resolve_context: the models' headers and the free memory), the bench's
 context from its prompts (bench.command), and the tree depth (0), the async draft cores (0) and the
 worker timeout (0) by the engines' start-up profiles.
 """

@@ -65,7 +65,7 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     until it leaves, and link again (once: return after the first link ends).  config: settled by
     runtime.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
     from swiftspec.runtime.async_worker import DraftSettings, draft_loop
-    from swiftspec.spec import load_drafter
+    from swiftspec.speculate import load_drafter
     from swiftspec.weights.loader import model_args
     from swiftspec.weights.source import resolve_source
 

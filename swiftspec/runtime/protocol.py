@@ -41,7 +41,7 @@ class Start:
     depth: int  # d: draft expansions per round
     params: SamplingParams
     # [bs] float64: the target's seconds to verify 1..bs nodes, for the verification-size rule
-    # (spec/costs.py); empty: always send bs nodes (no cost rule: adaptive verification off)
+    # (speculate/costs.py); empty: always send bs nodes (no cost rule: adaptive verification off)
     verify_costs: torch.Tensor = torch.zeros(0, dtype=torch.float64)
 
 

@@ -51,7 +51,7 @@ class RemoteEngine:
 
     def __init__(self, config: EngineConfig, target: LoadedModel | None = None) -> None:
         """target: the target model, when the caller has loaded it already."""
-        from swiftspec.exec.load import load_target, prompt_store
+        from swiftspec.runner.load import load_target, prompt_store
         from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         self.config, self.remote = config, config.remote

@@ -15,8 +15,8 @@ from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Ro
 from swiftspec.runtime.startup import StartupProfile, Warmup, serial_profile
 from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
-from swiftspec.spec import TreeDrafter, TreeVerifier
-from swiftspec.spec.costs import RoundCosts, RoundTimes, promised
+from swiftspec.speculate import TreeDrafter, TreeVerifier
+from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
 from swiftspec.weights.loaded import LoadedModel
 
 SAMPLED_FLOOR = 0.45  # sampled rounds expand and verify only nodes at least this likely under the draft

@@ -113,7 +113,7 @@ def serial_profile(tree: TreeConfig, probe: Probe, known: StartupProfile | None 
     prompt = probe.tokenizer.encode(WARMUP_PROMPT)
     if tree.depth:
         profile = StartupProfile(depth=tree.depth)
-    elif tree.adaptive:  # the cost rule (spec/costs.py) ends rounds; d only caps them
+    elif tree.adaptive:  # the cost rule (speculate/costs.py) ends rounds; d only caps them
         profile = StartupProfile(depth=deepest_depth(tree.verify_size))
         log.warning("tree: adaptive rounds of up to d=%d expansions", profile.depth)
     else:
@@ -160,7 +160,7 @@ def _paper_depth(probe: Probe, prompt: list[int]) -> StartupProfile:
 
 def _verify_times(probe: Probe, prompt: list[int], label: str, level: int) -> tuple[float, ...]:
     """Seconds to verify 1..bs nodes, which the rounds weigh against each node's chance
-    (TreeConfig.adaptive_verify; spec/costs.py); logged at `level` when measured."""
+    (TreeConfig.adaptive_verify; speculate/costs.py); logged at `level` when measured."""
     best = probe.verify_times(prompt)
     if best:
         log.log(level, "%s: verifying 1..%d nodes takes %s ms", label, len(best),

@@ -20,13 +20,13 @@ import torch.distributed as dist
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
 from swiftspec.errors import EngineFault, LinkError
-from swiftspec.exec.load import prompt_store
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, joined, leave_groups, meeting_point
 from swiftspec.parallel.rendezvous import Joined
+from swiftspec.runner.load import prompt_store
 from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
 from swiftspec.runtime.protocol import DistTransport, GroupBroadcast, Shutdown
 from swiftspec.runtime.supervisor import LOAD_S, POLL_S, Watchdog, WorkerPool
-from swiftspec.spec import TreeVerifier
+from swiftspec.speculate import TreeVerifier
 from swiftspec.weights.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class WorkerGroup:
                  target: LoadedModel | None = None, store: PromptStore | None = None) -> None:
         """joined: a draft host already linked (no workers to spawn); target: the target model, when
         the caller has loaded it already; store: the prompt cache's store the caller shares (None:
-        the config's own, exec.load.prompt_store).  Under torchrun, ranks > 0 serve here and never return."""
+        the config's own, runner.load.prompt_store).  Under torchrun, ranks > 0 serve here and never return."""
         self.config = config
         self.store = store or prompt_store(config)
         self.layout = Layout(target_tp=config.target_tp, draft_tp=config.draft_tp)

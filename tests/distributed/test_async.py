@@ -25,7 +25,7 @@ def flat(engine, prompt, params, n):
 @pytest.mark.parametrize("target_tp", [1, 2])
 def test_async_greedy_equals_ar(tiny_qwen_dir, tiny_draft_dir, target_tp, tmp_path, monkeypatch) -> None:
     if target_tp == 1:  # a lone target leader's chunks (followers prefill in the workers' 256): short prompts hit
-        monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 8)
+        monkeypatch.setattr("swiftspec.runner.model_runner.PREFILL_CHUNK", 8)
     ar = build_engine(EngineConfig(mode="ar", target=str(tiny_qwen_dir), target_load=FP32))
     engine = build_engine(EngineConfig(
         mode="async", target=str(tiny_qwen_dir), draft=str(tiny_draft_dir), target_load=FP32,

@@ -10,8 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from swiftspec.config import LoadConfig
-from swiftspec.exec.runner import ModelRunner
 from swiftspec.parallel.state import ParallelState
+from swiftspec.runner.model_runner import ModelRunner
 from swiftspec.weights.loader import load_model
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=64)

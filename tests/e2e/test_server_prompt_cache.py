@@ -20,7 +20,7 @@ FILE = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(12))
 @pytest.fixture(scope="module")
 def server(tiny_fim_dir: Path):
     with pytest.MonkeyPatch.context() as mp:  # chunks of 16: the tiny context (256) still sees partial hits
-        mp.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 16)
+        mp.setattr("swiftspec.runner.model_runner.PREFILL_CHUNK", 16)
         with tiny_engine(tiny_fim_dir) as engine, LiveServer(engine, max_tokens=64) as srv:
             yield srv
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from kernel_cases import tiny_model, tree_rows
 
-from swiftspec.exec.cuda_graph import GraphRunner, attach, new_batch, pad_into, pick_bucket
-from swiftspec.exec.runner import ModelRunner
+from swiftspec.runner.cuda_graph import GraphRunner, attach, new_batch, pad_into, pick_bucket
+from swiftspec.runner.model_runner import ModelRunner
 
 MAX_LEN = 96
 

@@ -8,10 +8,10 @@ import torch
 from kernel_cases import rope_tables, tiny_model, tree_rows
 
 from swiftspec import kernels
-from swiftspec.exec.cuda_graph import GraphRunner, attach
-from swiftspec.exec.runner import ModelRunner
 from swiftspec.kernels import triton_support
 from swiftspec.kernels.tree_attention import tree_attention_ref
+from swiftspec.runner.cuda_graph import GraphRunner, attach
+from swiftspec.runner.model_runner import ModelRunner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 needs_triton = pytest.mark.skipif(not triton_support.available(), reason="Triton is not installed")

@@ -158,7 +158,7 @@ def test_gemma3_tree_and_chain_greedy_equal_ar(tmp_path):
     from swiftspec.runtime.autoregressive import AutoregressiveEngine
     from swiftspec.runtime.serial import SerialEngine
     from swiftspec.sampling import SamplingParams
-    from swiftspec.spec import TreeDrafter
+    from swiftspec.speculate import TreeDrafter
     from swiftspec.testing.tiny import make_perturbed_draft
 
     save_family("gemma3", tmp_path / "target")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swiftspec.config import LoadConfig
-from swiftspec.exec.load import load_target
+from swiftspec.runner.load import load_target
 from swiftspec.weights.loader import load_model
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from swiftspec.exec.runner import ModelRunner
+from swiftspec.runner.model_runner import ModelRunner
 from swiftspec.sampling import SamplingParams, process_logits
 from swiftspec.testing.tiny import make_perturbed_draft, make_tiny_checkpoint
 

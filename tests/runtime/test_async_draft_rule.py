@@ -14,7 +14,7 @@ from swiftspec.config import TreeConfig
 from swiftspec.runtime.async_worker import DraftSettings, GroupIO, draft_loop
 from swiftspec.runtime.protocol import DraftTree, LocalTransport, Profile, Shutdown, Start, Verified
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import build_drafter
+from swiftspec.speculate import build_drafter
 
 BS = 8
 ROUNDS = 6

@@ -12,8 +12,8 @@ import torch
 from swiftspec.config import TreeConfig
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, choose_depth, serial_depth
-from swiftspec.spec import TreeDrafter
-from swiftspec.spec.costs import MAX_FLOOR, MIN_TRUST, RoundCosts, RoundTimes
+from swiftspec.speculate import TreeDrafter
+from swiftspec.speculate.costs import MAX_FLOOR, MIN_TRUST, RoundCosts, RoundTimes
 from swiftspec.tree import best_size
 
 

@@ -12,8 +12,8 @@ from swiftspec.config import TreeConfig
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import TreeDrafter
-from swiftspec.spec.vocab import TEXT_SLACK
+from swiftspec.speculate import TreeDrafter
+from swiftspec.speculate.vocab import TEXT_SLACK
 from swiftspec.weights.loader import load_model
 
 

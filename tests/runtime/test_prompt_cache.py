@@ -16,7 +16,7 @@ from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import LookupDrafter, TreeDrafter
+from swiftspec.speculate import LookupDrafter, TreeDrafter
 
 LEN = 256
 TREE = TreeConfig(depth=2, draft_context=16)  # a windowed draft: its own window is cached too
@@ -50,8 +50,8 @@ def session(rng: random.Random) -> list[list[int]]:
 def test_hits_give_the_tokens_of_a_cold_prefill(mode, tiny_target, tiny_draft, monkeypatch) -> None:
     """Greedy and seeded sampling: every request of a session equals the same request with the
     cache off (reuse=False on an engine of its own), and the hits keep what they should."""
-    monkeypatch.setattr("swiftspec.exec.runner.STORE_AFTER", 0)  # these texts are short: store each one
-    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 8)  # and chunks to match
+    monkeypatch.setattr("swiftspec.runner.model_runner.STORE_AFTER", 0)  # these texts are short: store each one
+    monkeypatch.setattr("swiftspec.runner.model_runner.PREFILL_CHUNK", 8)  # and chunks to match
     rng = random.Random(1)
     cached = build(mode, tiny_target, tiny_draft, PromptStore(64 << 20))
     cold = build(mode, tiny_target, tiny_draft, None)
@@ -78,7 +78,7 @@ def test_quantized_targets_keep_any_prefix_of_prefill_rows(mode, tiny_int8_targe
     from swiftspec.kernels import cpu_ext
     if not cpu_ext.available("quant_linear"):
         pytest.skip("no quantized kernel here")
-    monkeypatch.setattr("swiftspec.exec.runner.STORE_AFTER", 0)
+    monkeypatch.setattr("swiftspec.runner.model_runner.STORE_AFTER", 0)
     rng = random.Random(1)
     cached = build(mode, tiny_int8_target, tiny_draft, PromptStore(64 << 20))
     cold = build(mode, tiny_int8_target, tiny_draft, None)
@@ -125,7 +125,7 @@ def test_a_chat_turn_keeps_the_last_prompts_whole_chunks(tiny_target, tiny_draft
     """A chat's next turn: the target keeps the last prompt's whole chunks, and computes its last
     chunk and the answer in the shapes a cold prefill gives them (decode steps compute rows in
     other shapes); the tokens are a cold prefill's."""
-    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 4)
+    monkeypatch.setattr("swiftspec.runner.model_runner.PREFILL_CHUNK", 4)
     engine = build("tree", tiny_target, tiny_draft, None)
     assert not engine.target.runner.any_prefix  # fp32 torch linears: rows depend on their call
     prompt = [5, 9, 14, 3, 22, 71, 8]
@@ -153,7 +153,7 @@ def test_reuse_off_prefills_everything_and_warmup_only_fills(mode, tiny_target, 
 def test_a_prefill_stops_between_chunks_and_the_engine_goes_on(mode, tiny_target, tiny_draft, monkeypatch) -> None:
     """should_stop is asked between prefill chunks: a request stopped there yields nothing, and
     the chunks it did compute serve the next request, whose tokens are a cold prefill's."""
-    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 16)
+    monkeypatch.setattr("swiftspec.runner.model_runner.PREFILL_CHUNK", 16)
     engine = build(mode, tiny_target, tiny_draft, None)
     prompt = list(range(30, 130))
     asked = []

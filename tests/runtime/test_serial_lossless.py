@@ -14,9 +14,9 @@ from swiftspec.runtime import chain_config
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import LookupDrafter, TreeDrafter
-from swiftspec.spec.costs import RoundCosts, RoundTimes
-from swiftspec.spec.drafter import context_window
+from swiftspec.speculate import LookupDrafter, TreeDrafter
+from swiftspec.speculate.costs import RoundCosts, RoundTimes
+from swiftspec.speculate.drafter import context_window
 from swiftspec.weights.loader import load_model
 
 LOOPING_PROMPT = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]  # prompt lookup finds continuations in it

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import FP32
 from swiftspec.config import ConfigError, EngineConfig, TreeConfig
-from swiftspec.exec.load import load_target
+from swiftspec.runner.load import load_target
 from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig
-from swiftspec.exec.runner import causal_mask
+from swiftspec.runner.model_runner import causal_mask
 from swiftspec.weights.loader import load_model
 
 pytestmark = pytest.mark.slow

@@ -27,12 +27,12 @@ import torch
 
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-from swiftspec.exec.load import load_target
 from swiftspec.kernels import cpu_ext
+from swiftspec.runner.load import load_target
 from swiftspec.runtime import build_engine, chain_config
 from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import TreeDrafter
+from swiftspec.speculate import TreeDrafter
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 128  # the continuation ends at EOS before this
@@ -138,7 +138,7 @@ def test_a_prompt_cache_hit_keeps_every_token(reference, monkeypatch) -> None:
     """At each weight format and ISA level, in 32-token chunks: after a text that shares half the
     prompt (its first half, then other tokens), the prompt keeps that half's whole chunks and
     continues exactly as its cold prefill does; the same prompt again keeps all of it."""
-    monkeypatch.setattr("swiftspec.exec.runner.PREFILL_CHUNK", 32)
+    monkeypatch.setattr("swiftspec.runner.model_runner.PREFILL_CHUNK", 32)
     ref, half, new = reference, len(reference.ids) // 2, 24  # 24 tokens: the KV and the first logits decide
     cold = [t for chunk in ref.ar.generate(ref.ids, SamplingParams(), new, reuse=False) for t in chunk]
     list(ref.ar.generate(ref.ids[:half] + ref.ar.tokenizer.encode_text("\n# another file\nimport os\n"),

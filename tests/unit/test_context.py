@@ -9,7 +9,7 @@ import pytest
 
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.errors import UserError
-from swiftspec.exec import load
+from swiftspec.runner import load
 from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights.loader import load_model, model_args

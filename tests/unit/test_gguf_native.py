@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig
-from swiftspec.exec.load import load_target
 from swiftspec.kernels.packed import PackedWeight
 from swiftspec.kernels.quant_ref import dequantize
+from swiftspec.runner.load import load_target
 from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights.gguf import GGUFCheckpoint
 from swiftspec.weights.loader import load_model

@@ -9,8 +9,8 @@ import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec import LookupDrafter, PromptLookup
-from swiftspec.spec.ngram import PRIOR_TRIALS, AcceptRates, NgramIndex, prior_rate
+from swiftspec.speculate import LookupDrafter, PromptLookup
+from swiftspec.speculate.ngram import PRIOR_TRIALS, AcceptRates, NgramIndex, prior_rate
 from swiftspec.tree import new_tree
 
 
@@ -102,7 +102,7 @@ def test_lookup_drafter_drafts_by_lookup_alone() -> None:
 
 
 def test_expansion_tells_which_candidates_the_draft_agrees_with() -> None:
-    from swiftspec.spec.ngram import AGREED, DISAGREED, SECONDARY
+    from swiftspec.speculate.ngram import AGREED, DISAGREED, SECONDARY
 
     cfg = TreeConfig(lookup_tokens=1, lookup_branches=3)
     lookup = PromptLookup(cfg)

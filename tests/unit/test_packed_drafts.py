@@ -1,4 +1,4 @@
-"""The packed-draft cache (spec/packed_drafts.py): a GGUF draft packed as int8/int4 is written once and
+"""The packed-draft cache (speculate/packed_drafts.py): a GGUF draft packed as int8/int4 is written once and
 read back, tensor for tensor, as packing it again would give; a damaged entry is packed again."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from swiftspec.config import LoadConfig, TreeConfig
-from swiftspec.exec.runner import causal_mask
 from swiftspec.kernels import PackedWeight
-from swiftspec.spec import packed_drafts
-from swiftspec.spec.packed_drafts import load_drafter
+from swiftspec.runner.model_runner import causal_mask
+from swiftspec.speculate import packed_drafts
+from swiftspec.speculate.packed_drafts import load_drafter
 from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 
 pytest.importorskip("gguf")

@@ -1,4 +1,4 @@
-"""The draft/target pairing check (exec.load.check_pair): the same spelling of every id the draft can
+"""The draft/target pairing check (runner.load.check_pair): the same spelling of every id the draft can
 emit, padding rows aside; any other mismatch is one line that names it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from swiftspec.config import ConfigError
-from swiftspec.exec.load import check_pair
+from swiftspec.runner.load import check_pair
 from swiftspec.testing.tiny import add_tokenizer
 from swiftspec.tokenizer import Tokenizer, vocab_mismatch
 

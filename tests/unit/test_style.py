@@ -53,9 +53,9 @@ def _plant(package: pathlib.Path, rel: str, line: str) -> None:
 def test_checker_fails_on_an_upward_lazy_import(style, tmp_path) -> None:
     package = _copy(tmp_path)
     assert style.check(package) == []
-    _plant(package, "exec/runner.py", "def _up():\n    from swiftspec.runtime import build_engine  # noqa\n")
+    _plant(package, "runner/model_runner.py", "def _up():\n    from swiftspec.runtime import build_engine  # noqa\n")
     problems = style.check(package)
-    assert any("exec/runner.py" in p and "from a layer above it" in p for p in problems)
+    assert any("runner/model_runner.py" in p and "from a layer above it" in p for p in problems)
     assert any("import cycle between packages" in p for p in problems)
 
 

@@ -15,8 +15,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from swiftspec.config import LoadConfig
-from swiftspec.exec.runner import causal_mask
 from swiftspec.model.args import RopeScaling
+from swiftspec.runner.model_runner import causal_mask
 from swiftspec.testing.tiny import make_tiny_checkpoint, write_gguf
 from swiftspec.weights import tokenizer_cache
 from swiftspec.weights.gguf import (

@@ -14,9 +14,9 @@ import time
 import torch
 
 from swiftspec.config import ConfigError, EngineConfig
-from swiftspec.exec.runner import ModelRunner, causal_mask
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.groups import Layout
+from swiftspec.runner.model_runner import ModelRunner, causal_mask
 from swiftspec.runtime.auto.predict import Costs, DraftProfile, PairProfile, Position
 from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.tokenizer import Tokenizer
@@ -99,7 +99,7 @@ def teacher_forced(runner: ModelRunner, text: Text) -> torch.Tensor:
 
 def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairProfile:
     """Load the target, then each draft format in turn (one model in memory at a time), and measure."""
-    from swiftspec.exec.load import load_target
+    from swiftspec.runner.load import load_target
 
     start = time.perf_counter()
     place = Placement.of(config)
@@ -139,7 +139,7 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
 
 def _load_draft(config: EngineConfig, target_tokenizer: Tokenizer, target_rows: int) -> LoadedModel:
     """The draft's unpacked weights, loaded once for every format (packing happens per format)."""
-    from swiftspec.exec.load import check_pair
+    from swiftspec.runner.load import check_pair
     from swiftspec.weights.loader import load_model
 
     draft = load_model(config.draft, config.draft_load)
@@ -156,7 +156,7 @@ class _Draft:
 def _profile_draft(config: EngineConfig, fmt: str, draft: LoadedModel, texts: list[Text],
                    greedy: list[torch.Tensor], place: Placement) -> _Draft:
     """The draft packed as fmt, as the engines build it (pruned LM head, packed weights)."""
-    from swiftspec.spec import build_drafter
+    from swiftspec.speculate import build_drafter
 
     drafter = build_drafter(draft, config.tree, max(len(t.ids) for t in texts) + 2 * DRAFT_ROWS[-1],
                             config.draft_vocab, fmt)

@@ -50,7 +50,7 @@ def delay_link(rtt_s: float) -> None:
 
 
 def jitter_draft(jitter_s: float) -> None:
-    from swiftspec.spec.drafter import TreeDrafter
+    from swiftspec.speculate.drafter import TreeDrafter
 
     draft = TreeDrafter.draft
 

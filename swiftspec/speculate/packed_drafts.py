@@ -28,8 +28,8 @@ from swiftspec.config import LoadConfig, TreeConfig
 from swiftspec.kernels import cpu_ext
 from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
-from swiftspec.spec.drafter import TreeDrafter, build_drafter, fim_focus
-from swiftspec.spec.vocab import TABLE_DIR
+from swiftspec.speculate.drafter import TreeDrafter, build_drafter, fim_focus
+from swiftspec.speculate.vocab import TABLE_DIR
 from swiftspec.weights.bundled import cache_dir
 from swiftspec.weights.loaded import LoadedModel
 from swiftspec.weights.loader import DTYPES, load_model, load_tokenizer, model_args

@@ -16,7 +16,7 @@ import torch
 
 from swiftspec.config import TreeConfig
 from swiftspec.sampling import SamplingParams
-from swiftspec.spec.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
+from swiftspec.speculate.ngram import AGREED, DISAGREED, SECONDARY, AcceptRates, NgramIndex, RateKey
 from swiftspec.tree import Reroot, Subtree, TokenTree, graft, new_tree, reroot, reweight, select_subtree
 
 EARLIER_TOKENS = 2048  # most tokens of earlier text a request's lookup indexes

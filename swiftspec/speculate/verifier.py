@@ -8,8 +8,8 @@ from typing import Callable
 import torch
 
 from swiftspec.cache.prompt_store import PromptStore
-from swiftspec.exec.cuda_graph import attach
-from swiftspec.exec.runner import ModelRunner, Prefill
+from swiftspec.runner.cuda_graph import attach
+from swiftspec.runner.model_runner import ModelRunner, Prefill
 from swiftspec.sampling import Draws, SamplingParams
 from swiftspec.verify import Acceptance, verify_greedy, verify_sampled
 

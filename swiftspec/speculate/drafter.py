@@ -6,7 +6,7 @@ verification the drafter re-roots at the last verified token, commits the accept
 prefix and compacts the surviving subtree; only a verified token that was never expanded (at most
 one per round, the *pending* token, or a run of grafted lookup nodes) is recomputed, folded into
 the next forward.  With prompt lookup on, the continuations of the verified text are grafted at
-each new root (spec/lookup.py); the draft expands them like its own nodes once they rank high.
+each new root (speculate/lookup.py); the draft expands them like its own nodes once they rank high.
 A pruned head serves a request only while its text (the prompt, then every verified token) stays
 inside the pruned vocabulary but for a TEXT_SLACK share; past that the request drafts with the
 full head, so a workload the table does not cover (chat, other languages) loses no acceptance.
@@ -24,13 +24,13 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import SINK_TOKENS, TreeConfig
-from swiftspec.exec.cuda_graph import attach
-from swiftspec.exec.runner import ModelRunner, causal_mask
 from swiftspec.fim import find_fim_tokens
 from swiftspec.kernels.packed import TILE_N
+from swiftspec.runner.cuda_graph import attach
+from swiftspec.runner.model_runner import ModelRunner, causal_mask
 from swiftspec.sampling import Draws, SamplingParams, draft_nucleus, sample_at
-from swiftspec.spec.lookup import PromptLookup
-from swiftspec.spec.vocab import MAX_EXTRA_ROWS, TEXT_SLACK, pruned_vocab
+from swiftspec.speculate.lookup import PromptLookup
+from swiftspec.speculate.vocab import MAX_EXTRA_ROWS, TEXT_SLACK, pruned_vocab
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.tree import (
     Subtree,

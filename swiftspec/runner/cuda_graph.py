@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 if TYPE_CHECKING:
-    from swiftspec.exec.runner import ModelRunner
+    from swiftspec.runner.model_runner import ModelRunner
 
 WARMUP_RUNS = 2  # eager runs before a capture: Triton compiles, cuBLAS picks its kernels
 
