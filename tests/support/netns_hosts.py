@@ -1,6 +1,6 @@
 """Two hosts on one machine: network namespaces joined by a veth pair, the target host
 (multihost_driver.py) in one and `swiftspec worker --role draft` in the other. Used by
-tests/distributed/test_multihost.py and tools/multihost_figures.py; needs root and iproute2's `ip`."""
+tests/distributed/test_multihost.py and benchmarks/multihost_figures.py; needs root and iproute2's `ip`."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 from a fresh auto profile) beside measured tok/s of serial tree and async on this machine, and of async
 across two network namespaces (tests/support/netns_hosts.py; run as root).
 
-usage: PYTHONPATH=$PWD:$PWD/tests/support python tools/multihost_figures.py TARGET_DIR DRAFT_DIR [--netns]
+usage: PYTHONPATH=$PWD:$PWD/tests/support python benchmarks/multihost_figures.py TARGET_DIR DRAFT_DIR [--netns]
 """
 
 from __future__ import annotations
