@@ -71,6 +71,7 @@ class AsyncEngine:
         self.verify_size = config.tree.verify_size
         self.max_seq_len = config.target_load.max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
+        self.mode = "async"
         self.limits = Limits()  # generous until profiled
         on_cpu = not config.target_load.device.startswith("cuda")
         cores = (joined and joined.cores) or plan_cores(self.layout, 0, config.draft_cores)

@@ -25,6 +25,7 @@ class AutoregressiveEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
+        self.mode = "ar"
 
     def generate(
         self,

@@ -74,6 +74,7 @@ class Engine(Protocol):
     tokenizer: "Tokenizer"  # swiftspec.tokenizer.Tokenizer of the target
     max_seq_len: int  # prompt + new tokens must fit in this
     trace: "TraceFile | None"  # while set, every request's timeline is added to it
+    mode: str  # the mode it runs (ar, chain, tree, async): what auto chose, where it chose
     fault: str | None  # why the engine cannot serve until recover() (a worker died or hung); None when it can
 
     def generate(

@@ -32,6 +32,7 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None,
         print(decision.line(), file=sys.stderr, flush=True)
         config, startup = decision.config, decision.startup
     engine = _build(config, target, startup)
+    engine.mode = config.mode
     if config.trace:
         from swiftspec.runtime.trace import TraceFile
 

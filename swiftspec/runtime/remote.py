@@ -62,6 +62,7 @@ class RemoteEngine:
         self.store = prompt_store(config)  # one bound for both engines' texts: they run the same target
         self.ar = AutoregressiveEngine(self.target, self.max_seq_len, self.store)
         self.trace = None
+        self.mode = "async"
         self.session = None  # AsyncEngine while a draft host is linked
         self._beat, self._seen = 0, 0.0  # the draft's idle heartbeat, and when it last moved
         self.listener = Listener(self.remote.rendezvous, secret, hello("target", self.tokenizer, config),

@@ -49,6 +49,7 @@ class SerialEngine:
         self.tokenizer = target.tokenizer
         self.max_seq_len = max_seq_len
         self.trace: TraceFile | None = None  # set while a caller wants each request's timeline
+        self.mode = "tree"  # build_engine names chain (and auto's choice) where it builds one
         self.profile = serial_profile(cfg, self, startup)
         self.costs = RoundCosts(verify_s=list(self.profile.verify_s))  # the running costs of every request
 

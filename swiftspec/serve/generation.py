@@ -121,6 +121,11 @@ class Service:
         return list(req.prompt)
 
     @property
+    def fingerprint(self) -> str:
+        """Every response's system_fingerprint: which engine answered (auto's choice where it chose)."""
+        return f"swiftspec-{self.engine.mode}"
+
+    @property
     def prompt_limit(self) -> int:
         """The most tokens a prompt may have."""
         return min(self.config.max_prompt_tokens or self.engine.max_seq_len, self.engine.max_seq_len - 1)
@@ -164,7 +169,7 @@ class Service:
             seed=req.seed,
         )
         room = self.engine.max_seq_len - len(prompt)
-        return Plan(head=ResponseHeader.new(self.config.served_model_name, chat), prompt=prompt, params=params,
+        return Plan(head=ResponseHeader.new(self.config.served_model_name, chat, self.fingerprint), prompt=prompt, params=params,
                     max_tokens=min(max_tokens, room), stop=req.stop_strings, stream=bool(req.stream),
                     include_usage=req.include_usage, stop_ids=stop_ids, reuse=req.cache_prompt is not False)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swiftspec.errors import EngineFault, UserError
@@ -42,6 +43,11 @@ class ServerMetrics:
         self.failed = Counter("swiftspec_failed_requests", "Requests the engine failed, by cause: "
                               "fault (a worker died or hung), invalid (bad input), error (anything else)",
                               ("cause",), registry=reg)
+
+    def watch_engine(self, mode: Callable[[], str | None]) -> None:
+        """swiftspec_engine{mode} 1 for the engine serving requests (auto's choice where it chose),
+        read at every scrape: `mode()`, None (no sample) until the engine is built."""
+        self.registry.register(_EngineMode(mode))
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Read the queue depth gauge from `depth()` at every scrape."""
@@ -82,6 +88,21 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _EngineMode:
+    """The collector of ServerMetrics.watch_engine."""
+
+    def __init__(self, mode: Callable[[], str | None]) -> None:
+        self.mode = mode
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("swiftspec_engine", "The engine serving requests, by mode (auto's choice "
+                                   "where it chose)", labels=["mode"])
+        mode = self.mode()
+        if mode is not None:
+            family.add_metric([mode], 1)
+        yield family
 
 
 def _cause(error: Exception) -> str:

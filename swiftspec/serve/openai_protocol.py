@@ -191,15 +191,17 @@ class ResponseHeader:
     created: int
     model: str
     chat: bool
+    fingerprint: str  # OpenAI's system_fingerprint: "swiftspec-" and the engine's mode (auto's choice)
 
     @classmethod
-    def new(cls, model: str, chat: bool) -> "ResponseHeader":
+    def new(cls, model: str, chat: bool, fingerprint: str) -> "ResponseHeader":
         prefix = "chatcmpl" if chat else "cmpl"
-        return cls(id=f"{prefix}-{uuid.uuid4().hex}", created=int(time.time()), model=model, chat=chat)
+        return cls(id=f"{prefix}-{uuid.uuid4().hex}", created=int(time.time()), model=model, chat=chat,
+                   fingerprint=fingerprint)
 
     def envelope(self, object_name: str, choices: list[dict], usage: dict | None = None) -> dict[str, Any]:
         body = {"id": self.id, "object": object_name, "created": self.created, "model": self.model,
-                "choices": choices}
+                "system_fingerprint": self.fingerprint, "choices": choices}
         if usage is not None:
             body["usage"] = usage
         return body

@@ -66,6 +66,7 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
     metrics = ServerMetrics()
     hooks = Hooks(on_end=metrics.observe, on_restart=metrics.restarts.inc, on_start_error=on_start_error)
     scheduler = Scheduler(load, config.max_queue, hooks)
+    metrics.watch_engine(lambda: None if scheduler.engine is None else scheduler.engine.mode)
     metrics.watch_queue(lambda: scheduler.waiting)
     metrics.watch_store(lambda: getattr(scheduler.engine, "prompt_store", None))
     metrics.watch_running(scheduler.running)

@@ -101,6 +101,7 @@ class ScriptedEngine:
 
     fault: str | None = None
     prompt_store = None  # keeps no earlier texts
+    mode = "scripted"
 
     def __init__(self, tokenizer: Tokenizer, rounds: list[list[int]], round_s: float = 0.0,
                  max_seq_len: int = 256) -> None:

@@ -105,6 +105,7 @@ def test_the_chosen_engine_starts_from_the_pair_profile(tmp_cache: Path, tiny_qw
         engine = build_engine(auto)
     decision = decide(auto)  # the cached profile's
     assert isinstance(engine, SerialEngine) and engine.profile == decision.startup
+    assert engine.mode == decision.config.mode == "tree"  # what auto chose: /metrics and system_fingerprint say it
     if adaptive:  # the cap of adaptive rounds (startup.deepest_depth), whoever profiles
         assert engine.profile.depth == own.profile.depth and len(engine.profile.verify_s) == config.tree.verify_size
     else:  # serial_depth of the pair profile's forward times

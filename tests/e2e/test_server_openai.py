@@ -44,6 +44,7 @@ def chat(client: openai.OpenAI, stream: bool, **kwargs) -> str:
         return r.choices[0].message.content
     chunks = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True, **kwargs))
     assert chunks[0].choices[0].delta.role == "assistant"
+    assert {c.system_fingerprint for c in chunks} == {"swiftspec-ar"}
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     return "".join(c.choices[0].delta.content or "" for c in chunks)
 
@@ -74,6 +75,7 @@ def test_unseeded_sampling_works(client: openai.OpenAI, call) -> None:
 def test_finish_reason_length_and_usage(client: openai.OpenAI) -> None:
     r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0)
     assert r.model == MODEL and r.object == "text_completion" and r.id.startswith("cmpl-")
+    assert r.system_fingerprint == "swiftspec-ar"  # which engine answered (build_engine's mode)
     if r.choices[0].finish_reason == "length":
         assert r.usage.completion_tokens == 5
     else:
@@ -101,3 +103,4 @@ def test_metrics_after_requests(client: openai.OpenAI, server: LiveServer) -> No
         assert name in text
     assert 'swiftspec_requests_total{endpoint="/v1/completions",status="200"}' in text
     assert 'swiftspec_tokens_total{kind="completion"}' in text
+    assert 'swiftspec_engine{mode="ar"} 1.0' in text
