@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import torch
-import torch.nn.functional as F
 
 from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.kernels import PackedWeight, cpu_ext
@@ -72,11 +71,8 @@ def linear_stats(model: torch.nn.Module) -> tuple[int, int, int]:
 def _call(runner: ModelRunner, start: int, rows: int):  # noqa: ANN202 - returns a closure
     tokens = torch.arange(rows) + 500  # [T]
     slots = torch.arange(start, start + rows)  # [T]
-    mask = torch.cat([torch.ones(rows, start, dtype=torch.bool), torch.ones(rows, rows, dtype=torch.bool).tril()], 1)
-    last = None
-    if rows >= MIN_PREFILL_ROWS:  # a prefill call: whole key blocks, the last row's logits
-        mask = F.pad(mask, (0, min(-(-(start + rows) // KEY_BLOCK) * KEY_BLOCK, runner.cache.max_len) - mask.shape[1]))
-        last = torch.tensor([rows - 1])
+    mask = runner.prefix_mask(start, rows)  # [T, S]: a prefill call's keys in whole key blocks
+    last = torch.tensor([rows - 1]) if rows >= MIN_PREFILL_ROWS else None  # prefill: the last row's logits
     return lambda: runner.forward(tokens, slots, slots, mask, rows=last)
 
 

@@ -143,7 +143,9 @@ class ModelRunner:
             calls = max(1, -(-(n - kept) // PREFILL_CHUNK))
             return [kept + (n - kept) * i // calls for i in range(calls + 1)]
         last = max(kept, (n - 1) // PREFILL_CHUNK * PREFILL_CHUNK)
-        return list(range(kept, last, PREFILL_CHUNK)) + [last, n] if kept < last else [kept, n]
+        if kept == last:
+            return [kept, n]
+        return [kept, *range((kept // PREFILL_CHUNK + 1) * PREFILL_CHUNK, last, PREFILL_CHUNK), last, n]
 
     def cached_prefix(self, prompt: list[int]) -> int:
         """How many leading prompt tokens a prefill would keep, found by prefill's own rules without
@@ -216,16 +218,23 @@ class ModelRunner:
         rest = tokens[(len(tokens) - 1) // PREFILL_CHUNK * PREFILL_CHUNK :]
         return self._append(rest, logits=True)
 
+    def prefix_mask(self, start: int, n: int) -> torch.Tensor:
+        """[n, S] bool for n tokens at slots [start, start + n) after the prefix: causal_mask, its keys
+        padded with False to whole KEY_BLOCKs (at most the cache's length) for a CPU call of at least
+        MIN_PREFILL_ROWS rows, so that the call's reach never changes a row's bits."""
+        mask = causal_mask(start, n, self.device)  # [n, start + n]
+        if self.device.type != "cpu" or n < MIN_PREFILL_ROWS:
+            return mask
+        width = min(-(-(start + n) // KEY_BLOCK) * KEY_BLOCK, self.cache.max_len)
+        return F.pad(mask, (0, width - mask.shape[1]))
+
     @torch.inference_mode()
     def _append(self, tokens: list[int], logits: bool = False) -> torch.Tensor | None:
         """Run tokens [T] at the next prefix slots; the last one's logits [1, V] if asked."""
         start = self.kv.prefix_len
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # [T]
         slots = self.kv.append_prefix(tokens)  # [T]
-        mask = causal_mask(start, len(tokens), self.device)  # [T, start + T]
-        if self.device.type == "cpu" and len(tokens) >= MIN_PREFILL_ROWS:  # [T, S]: whole KEY_BLOCKs
-            width = min(-(-(start + len(tokens)) // KEY_BLOCK) * KEY_BLOCK, self.cache.max_len)
-            mask = F.pad(mask, (0, width - mask.shape[1]))
+        mask = self.prefix_mask(start, len(tokens))  # [T, S]
         try:
             if not logits:
                 self.model(ids, slots, self.cache, slots, mask)

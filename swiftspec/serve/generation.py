@@ -120,10 +120,10 @@ class Service:
             raise APIError(400, f"prompt token ids must be in [0, {vocab})", param="prompt", code="invalid_value")
         return list(req.prompt)
 
-    @property
-    def fingerprint(self) -> str:
-        """Every response's system_fingerprint: which engine answered (auto's choice where it chose)."""
-        return f"swiftspec-{self.engine.mode}"
+    def response_header(self, chat: bool) -> ResponseHeader:
+        """A new response's header; its system_fingerprint names the engine that answers (auto's
+        choice where it chose)."""
+        return ResponseHeader.new(self.config.served_model_name, chat, f"swiftspec-{self.engine.mode}")
 
     @property
     def prompt_limit(self) -> int:
@@ -169,7 +169,7 @@ class Service:
             seed=req.seed,
         )
         room = self.engine.max_seq_len - len(prompt)
-        return Plan(head=ResponseHeader.new(self.config.served_model_name, chat, self.fingerprint), prompt=prompt, params=params,
+        return Plan(head=self.response_header(chat), prompt=prompt, params=params,
                     max_tokens=min(max_tokens, room), stop=req.stop_strings, stream=bool(req.stream),
                     include_usage=req.include_usage, stop_ids=stop_ids, reuse=req.cache_prompt is not False)
 

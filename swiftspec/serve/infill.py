@@ -19,7 +19,6 @@ from starlette.responses import JSONResponse, Response
 from swiftspec.fim import repo_prompt
 from swiftspec.serve.generation import JobStream, Outcome, Plan, Service, require_fim_tokens, sse_events
 from swiftspec.serve.infill_protocol import InfillRequest, InfillResult, Timings, final_body, partial_body
-from swiftspec.serve.openai_protocol import ResponseHeader
 from swiftspec.serve.scheduler import Job
 
 
@@ -41,7 +40,7 @@ def plan_infill(service: Service, req: InfillRequest) -> InfillPlan:
     budget = min(limit, max(engine.max_seq_len - max_tokens, limit // 2))
     fim = repo_prompt(engine.tokenizer, tokens, req.fim_input(), budget)
     service.check_prompt(fim.ids, "prompt")
-    plan = Plan(head=ResponseHeader.new(service.config.served_model_name, False, service.fingerprint), prompt=fim.ids,
+    plan = Plan(head=service.response_header(chat=False), prompt=fim.ids,
                 params=req.sampling(), max_tokens=min(max_tokens, engine.max_seq_len - len(fim.ids)),
                 stop=req.stop_strings, stream=req.stream, include_usage=False, stop_ids=tokens.stops,
                 min_indent=req.n_indent, time_limit_s=req.t_max_predict_ms / 1000, reuse=req.cache_prompt)
