@@ -7,6 +7,8 @@
 // `blk` values (scale = amax / 127, round half to even); the int8 x int dot products are
 // exact int32 sums, combined per block in fp32.  Per row, the result does not depend on M.
 #pragma once
+#include <xmmintrin.h>
+
 #include <cstdint>
 
 namespace swiftspec {
@@ -132,6 +134,15 @@ struct AttnArgs {
   bool bf16;
   float scale;
 };
+// Slots ahead of the one being read whose K (score loop) or V row (sum loop) each attention path
+// prefetches: a row sits kv_ld_s elements from the next, beyond the hardware prefetcher's reach
+// once the slot list skips, and a 1-row decode at 3k slots spent most of its time waiting on them.
+constexpr int64_t kKvPrefetchSlots = 16;
+// Prefetches row `off` (element offset) of a K or V cache layer of D elements of esz bytes into L1.
+inline void prefetch_kv_row(const void* base, int64_t off, int64_t D, int64_t esz) {
+  const char* p = static_cast<const char*>(base) + off * esz;
+  for (int64_t b = 0; b < D * esz; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
 // Row-wise ops (rowwise_avx512.cpp) on rows [r0, r1) of x [rows, ld] -> out [rows, ldo], bf16 or
 // fp32 (esz bytes per element).  rms_norm: cols = hidden size, weight [cols] in the same dtype.
 // silu_mul: x rows hold [gate | up], 2 * cols values; out rows hold cols values.
