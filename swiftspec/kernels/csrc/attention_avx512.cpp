@@ -57,8 +57,8 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
     for (int c = 0; c < CH; ++c) _mm512_store_ps(qf[h] + c * 16, load16(qs + h * a.q_ld_h * esz, a.bf16, c * 16));
   }
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
-    if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.k, idx[j + kKvPrefetchSlots] * a.kv_ld_s + g * a.kv_ld_h, a.D, esz);
+    const int64_t off = slot_offset(a, idx, j, g);
+    if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.k, slot_offset(a, idx, j + kKvPrefetchSlots, g), a.D, esz);
     __m512 kv[CH];
 #pragma GCC unroll 16
     for (int c = 0; c < CH; ++c) kv[c] = load16(a.k, a.bf16, off + c * 16);
@@ -79,8 +79,8 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
 #pragma GCC unroll 16
       for (int c = 0; c < CH; ++c) acc[h][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t off = idx[j] * a.kv_ld_s + g * a.kv_ld_h;
-      if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.v, idx[j + kKvPrefetchSlots] * a.kv_ld_s + g * a.kv_ld_h, a.D, esz);
+      const int64_t off = slot_offset(a, idx, j, g);
+      if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.v, slot_offset(a, idx, j + kKvPrefetchSlots, g), a.D, esz);
       __m512 p[HB];
 #pragma GCC unroll 16
       for (int h = 0; h < HB; ++h) p[h] = _mm512_set1_ps(h < hb ? s[(h0 + h) * n + j] : 0.f);

@@ -134,9 +134,13 @@ struct AttnArgs {
   bool bf16;
   float scale;
 };
+// Element offset of KV head g's row in compact slot j (idx: the slots the mask keeps).
+inline int64_t slot_offset(const AttnArgs& a, const int32_t* idx, int64_t j, int64_t g) {
+  return idx[j] * a.kv_ld_s + g * a.kv_ld_h;
+}
 // Slots ahead of the one being read whose K (score loop) or V row (sum loop) each attention path
-// prefetches: a row sits kv_ld_s elements from the next, beyond the hardware prefetcher's reach
-// once the slot list skips, and a 1-row decode at 3k slots spent most of its time waiting on them.
+// prefetches: a head's row sits kv_ld_s elements (512 bytes for 2 KV heads of 128 bf16) from the
+// next slot's, and a 1-row decode at 3k contiguous slots spent most of its time waiting on them.
 constexpr int64_t kKvPrefetchSlots = 16;
 // Prefetches row `off` (element offset) of a K or V cache layer of D elements of esz bytes into L1.
 inline void prefetch_kv_row(const void* base, int64_t off, int64_t D, int64_t esz) {
