@@ -70,10 +70,9 @@ template <int HB>
 void score_block(const AttnArgs& a, const float* qf, int64_t g, const int32_t* idx, int64_t n, float* s) {
   const int64_t D = a.D;
   const __m256 scale = _mm256_set1_ps(a.scale);
-  const int64_t esz = a.bf16 ? 2 : 4;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t off = slot_offset(a, idx, j, g);
-    if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.k, slot_offset(a, idx, j + kKvPrefetchSlots, g), D, esz);
+    prefetch_slot_ahead(a.k, a, idx, n, j, g, 0, D);
     __m256 acc[kScoreHeads];
 #pragma GCC unroll 8
     for (int h = 0; h < kScoreHeads; ++h) acc[h] = _mm256_setzero_ps();  // heads past HB sum to 0, unused
@@ -100,7 +99,7 @@ void sum_block(const AttnArgs& a, const float* s, int64_t n, const float* inv, i
     for (int h = 0; h < HB; ++h) lo[h] = hi[h] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
       const int64_t off = slot_offset(a, idx, j, g) + d;
-      if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.v, slot_offset(a, idx, j + kKvPrefetchSlots, g) + d, 16, esz);
+      prefetch_slot_ahead(a.v, a, idx, n, j, g, d, 16);
       const __m256 v0 = load8(a.v, a.bf16, off), v1 = load8(a.v, a.bf16, off + 8);
 #pragma GCC unroll 8
       for (int h = 0; h < HB; ++h) {

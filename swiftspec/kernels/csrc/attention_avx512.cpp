@@ -58,7 +58,7 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
   }
   for (int64_t j = 0; j < n; ++j) {
     const int64_t off = slot_offset(a, idx, j, g);
-    if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.k, slot_offset(a, idx, j + kKvPrefetchSlots, g), a.D, esz);
+    prefetch_slot_ahead(a.k, a, idx, n, j, g, 0, a.D);
     __m512 kv[CH];
 #pragma GCC unroll 16
     for (int c = 0; c < CH; ++c) kv[c] = load16(a.k, a.bf16, off + c * 16);
@@ -80,7 +80,7 @@ void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, c
       for (int c = 0; c < CH; ++c) acc[h][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
       const int64_t off = slot_offset(a, idx, j, g);
-      if (j + kKvPrefetchSlots < n) prefetch_kv_row(a.v, slot_offset(a, idx, j + kKvPrefetchSlots, g), a.D, esz);
+      prefetch_slot_ahead(a.v, a, idx, n, j, g, 0, a.D);
       __m512 p[HB];
 #pragma GCC unroll 16
       for (int h = 0; h < HB; ++h) p[h] = _mm512_set1_ps(h < hb ? s[(h0 + h) * n + j] : 0.f);

@@ -142,10 +142,14 @@ inline int64_t slot_offset(const AttnArgs& a, const int32_t* idx, int64_t j, int
 // prefetches: a head's row sits kv_ld_s elements (512 bytes for 2 KV heads of 128 bf16) from the
 // next slot's, and a 1-row decode at 3k contiguous slots spent most of its time waiting on them.
 constexpr int64_t kKvPrefetchSlots = 16;
-// Prefetches row `off` (element offset) of a K or V cache layer of D elements of esz bytes into L1.
-inline void prefetch_kv_row(const void* base, int64_t off, int64_t D, int64_t esz) {
-  const char* p = static_cast<const char*>(base) + off * esz;
-  for (int64_t b = 0; b < D * esz; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+// Prefetches into L1 the `len` elements from column `col` of KV head g's row in compact slot
+// j + kKvPrefetchSlots of the K or V cache layer `base`, where that slot is one of the n.
+inline void prefetch_slot_ahead(const void* base, const AttnArgs& a, const int32_t* idx, int64_t n, int64_t j,
+                                int64_t g, int64_t col, int64_t len) {
+  if (j + kKvPrefetchSlots >= n) return;
+  const int64_t esz = a.bf16 ? 2 : 4;
+  const char* p = static_cast<const char*>(base) + (slot_offset(a, idx, j + kKvPrefetchSlots, g) + col) * esz;
+  for (int64_t b = 0; b < len * esz; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
 }
 // Row-wise ops (rowwise_avx512.cpp) on rows [r0, r1) of x [rows, ld] -> out [rows, ldo], bf16 or
 // fp32 (esz bytes per element).  rms_norm: cols = hidden size, weight [cols] in the same dtype.
