@@ -15,7 +15,7 @@ import torch
 
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-from swiftspec.runtime import build_engine
+from swiftspec.engines import build_engine
 from swiftspec.sampling import SamplingParams
 
 

@@ -21,14 +21,14 @@ from pathlib import Path
 WORKER = r"""
 import json, sys, torch
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.runtime import build_engine
+from swiftspec.engines import build_engine
 try:
-    from swiftspec.runtime.defaults import default_draft_weights
+    from swiftspec.engines.defaults import default_draft_weights
 except ImportError:  # a checkout from before issue 37 (one resolve_defaults)
     try:
         from swiftspec.runner.load import default_draft_weights
     except ImportError:  # a checkout from before the exec layer
-        from swiftspec.runtime import default_draft_weights
+        from swiftspec.engines import default_draft_weights
 from swiftspec.sampling import SamplingParams
 torch.set_num_threads(int(sys.argv[1]))
 engine = None

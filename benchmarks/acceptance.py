@@ -22,8 +22,8 @@ import torch
 from swiftspec import kernels
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import LoadConfig, TreeConfig
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.runner.load import load_target
-from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import TreeDrafter
 from swiftspec.speculate.vocab import pruned_vocab

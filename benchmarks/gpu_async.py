@@ -1,7 +1,7 @@
 """The async engine over a random pair, for benchmarks/gpu_check.py: this process leads the target group
-(runtime.async_engine.AsyncEngine, handed the target and an already linked draft), and the draft
+(engines.async_engine.AsyncEngine, handed the target and an already linked draft), and the draft
 group is a process of ours that builds its random draft from the same seed and runs the engine's
-own draft loop (runtime.async_worker.draft_loop).  No weights pass through files.
+own draft loop (distributed.workers.draft_loop).  No weights pass through files.
 
 On a GPU both groups share the device (two processes, two CUDA contexts); on the CPU each takes
 its own cores: the target's rounds run on a lane pinned to its share, the draft process pins itself.
@@ -21,12 +21,12 @@ import torch.multiprocessing as mp
 from gpu_pair import PairShapes, Placement, RandomModel, make_drafter, random_model
 
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
+from swiftspec.distributed.protocol import DistTransport
+from swiftspec.distributed.workers import DraftSettings, GroupIO, backend, draft_loop
+from swiftspec.engines.async_engine import AsyncEngine
 from swiftspec.parallel.cores import Lane, pin
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, join, joined, meeting_point
 from swiftspec.parallel.rendezvous import Joined
-from swiftspec.runtime.async_engine import AsyncEngine
-from swiftspec.runtime.async_worker import DraftSettings, GroupIO, backend, draft_loop
-from swiftspec.runtime.protocol import DistTransport
 
 LINK_TIMEOUT_S = 120.0  # start-up and every message between the groups
 JOIN_TIMEOUT_S = 120.0  # the draft process must reach the meeting point within this
@@ -54,7 +54,7 @@ def engine_config(tree: TreeConfig, place: Placement, max_seq_len: int) -> Engin
 
 def draft_process(job: DraftJob) -> None:
     """The draft group's one rank: join, build and pack the random draft, serve until Shutdown
-    (runtime.async_worker.run_worker with a random draft in place of a loaded one)."""
+    (distributed.workers.run_worker with a random draft in place of a loaded one)."""
     all_cores = sorted(os.sched_getaffinity(0))
     store = join(job.port, 2, LINK_TIMEOUT_S)
     groups = init_groups(Layout(), 1, backend(job.config), store, LINK_TIMEOUT_S)

@@ -22,8 +22,8 @@ import torch
 from gpu_async import DraftJob, async_engine, engine_config
 from gpu_pair import PairShapes, Placement, RandomModel, fixed_tree, random_model, random_target, serial_engine
 
-from swiftspec.runtime.trace import TraceFile, summarize
 from swiftspec.sampling import SamplingParams
+from swiftspec.trace import TraceFile, summarize
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,10 +17,10 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import TreeConfig
+from swiftspec.engines.ar import AutoregressiveEngine
+from swiftspec.engines.build import chain_config
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.model import ModelArgs, Transformer
-from swiftspec.runtime.autoregressive import AutoregressiveEngine
-from swiftspec.runtime.build import chain_config
-from swiftspec.runtime.serial import SerialEngine
 from swiftspec.speculate import TreeDrafter
 
 # The GGUFs hold an output matrix of their own (tie_word_embeddings False as swiftspec reads them).
@@ -129,7 +129,7 @@ def fixed_tree(depth: int, tree: TreeConfig = TreeConfig()) -> TreeConfig:
 
 def serial_engine(mode: str, target: RandomModel, draft: RandomModel | None, tree: TreeConfig,
                   max_seq_len: int, place: Placement, draft_vocab: int):
-    """ar, chain or tree over the random pair (runtime.build._build without the loading): a target
+    """ar, chain or tree over the random pair (engines.build._build without the loading): a target
     from random_target, a fresh draft from random_model (its drafter packs it)."""
     if mode == "ar":
         return AutoregressiveEngine(target, max_seq_len)

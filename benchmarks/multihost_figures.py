@@ -1,4 +1,4 @@
-"""Figures for docs/bench/multihost.md on tiny random models: the cost model's forecast (runtime/auto/placements.py,
+"""Figures for docs/bench/multihost.md on tiny random models: the cost model's forecast (engines/auto/placements.py,
 from a fresh auto profile) beside measured tok/s of serial tree and async on this machine, and of async
 across two network namespaces (tests/support/netns_hosts.py; run as root).
 
@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-from swiftspec.runtime import build_engine
-from swiftspec.runtime.auto.placements import Setting, forecast, report
-from swiftspec.runtime.auto.profile import profile_pair
+from swiftspec.engines import build_engine
+from swiftspec.engines.auto.placements import Setting, forecast, report
+from swiftspec.engines.auto.profile import profile_pair
 from swiftspec.sampling import SamplingParams
 
 PROMPTS = [[5, 17, 92, 311], [44, 45, 46, 47, 48, 49], [101, 7, 250, 9, 13]]

@@ -14,8 +14,8 @@ class ConfigError(UserError, ValueError):
 
 MODES = ("ar", "chain", "tree", "async")
 NO_DRAFT = "none"  # --draft-model none: no draft model, the tree holds prompt-lookup candidates only
-AUTO = "auto"  # choose among MODES by a cached profile of this machine and model pair (runtime/auto)
-# As LoadConfig.device, AUTO (the flags' default) is settled by runtime.defaults.resolve_defaults: CUDA
+AUTO = "auto"  # choose among MODES by a cached profile of this machine and model pair (engines/auto)
+# As LoadConfig.device, AUTO (the flags' default) is settled by engines.defaults.resolve_defaults: CUDA
 # when its start-up check passed on this machine, else the CPU.
 WEIGHT_FORMATS = ("bf16", "int8", "int4")
 SINK_TOKENS = 4  # a windowed draft context keeps the prompt's first tokens (StreamingLLM's attention sinks)
@@ -70,11 +70,11 @@ WEIGHT_FORMATS = ("bf16", "int8", "int4", "gguf")
 class LoadConfig:
     """How a model is placed in memory."""
 
-    device: str = "cpu"  # or AUTO, until runtime.defaults.resolve_defaults settles it
+    device: str = "cpu"  # or AUTO, until engines.defaults.resolve_defaults settles it
     dtype: str = "bfloat16"  # "bfloat16" | "float32" | "float16"
     max_seq_len: int = 0  # tokens of context (KV cache length); 0: the model's own, within memory (runner.load)
     # weight format of the linear layers: "bf16" | "int8" | "int4" | "gguf"; None (no --weights or
-    # --draft-weights): the default, settled by runtime.defaults.resolve_defaults
+    # --draft-weights): the default, settled by engines.defaults.resolve_defaults
     weights: str | None = "bf16"
 
     def __post_init__(self) -> None:
@@ -133,7 +133,7 @@ class EngineConfig:
     trace: str = ""  # write each request's timeline here (Chrome trace-event JSON)
     auto: AutoConfig = AutoConfig()  # used when mode is AUTO
     worker_timeout: float = 0.0  # async: seconds a decode round may take before the workers count as hung (0 = auto)
-    remote: RemoteConfig | None = None  # async with the draft group on another host (runtime/remote.py)
+    remote: RemoteConfig | None = None  # async with the draft group on another host (engines/remote.py)
     # MiB of earlier texts' target KV kept for later prompts beside the live cache (-1: sized from
     # the free memory; 0: only the last text's KV is kept)
     prompt_cache_mb: int = -1
@@ -196,7 +196,7 @@ def require_settled(config: EngineConfig) -> None:
     for load in (config.target_load, config.draft_load):
         if load.device == AUTO or load.weights is None:
             raise ConfigError("the engine config has open defaults (device auto or weights None): settle it "
-                              "with swiftspec.runtime.defaults.resolve_defaults first")
+                              "with swiftspec.engines.defaults.resolve_defaults first")
 
 
 def chain_config(tree: TreeConfig) -> TreeConfig:

@@ -22,11 +22,12 @@ MAX_STEP_LINES = 40
 LAYERS = (
     ("cli",),  # the `swiftspec` command: flags (engine_args) and the dispatch to the front ends
     ("serve", "bench"),  # front ends: the HTTP server, the benchmark harness
-    ("runtime",),  # engines (ar, serial, async), build_engine, auto, async protocol, supervisor, trace, device
+    ("engines",),  # the engines behind one interface (ar, serial, async), build_engine, auto, device, defaults
+    ("distributed",),  # the async machinery: workers, message protocol, supervisor, worker group, draft host
     ("speculate",),  # speculation: TreeDrafter, prompt lookup, TreeVerifier
     ("runner", "testing"),  # execution: ModelRunner, CUDA graphs, loading a target ready to run; tiny test models
     ("weights", "model", "cache", "parallel", "kernels"),  # a model and what it runs on
-    ("tree", "verify", "sampling", "tokenizer", "fim", "config", "errors"),  # pure logic and plain data
+    ("tree", "verify", "sampling", "tokenizer", "fim", "config", "errors", "trace"),  # pure logic and plain data
 )
 INDEPENDENT = {frozenset(("serve", "bench"))}
 # Files of a package never import each other in a circle (lazy imports included), but for these
@@ -54,7 +55,7 @@ def _function_problems(path: pathlib.Path, tree: ast.AST) -> list[str]:
 
 
 def package_of(module: str) -> str | None:
-    """swiftspec.runtime.auto.store -> runtime; swiftspec -> None (the root, below every layer)."""
+    """swiftspec.engines.auto.store -> engines; swiftspec -> None (the root, below every layer)."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else None
 

@@ -12,7 +12,7 @@ from swiftspec.config import AUTO, EngineConfig
 
 
 def decide_for(base: EngineConfig, spec: ModeSpec, draft_weights: str | None):  # -> Decision
-    from swiftspec.runtime.auto.choose import decide
+    from swiftspec.engines.auto.choose import decide
 
     decision = decide(mode_config(base, dataclasses.replace(spec, variant=AUTO), draft_weights))
     print(f"bench: {spec.name}: {decision.line()}", file=sys.stderr)

@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from swiftspec.config import AUTO, MODES, WEIGHT_FORMATS
 from swiftspec.errors import UserError
-from swiftspec.runtime.trace import TraceFile
 from swiftspec.sampling import SamplingParams
+from swiftspec.trace import TraceFile
 
 PEER_MODES = ("hf-ar", "hf-assisted", "llamacpp-ar", "llamacpp-spec", "ikllama-ar", "ikllama-spec")
 AR_PEERS = ("llamacpp-ar", "ikllama-ar")  # the "vs best peer" column takes the faster of these
@@ -135,7 +135,7 @@ class Runner(Protocol):
 class EngineRunner:
     """Times one of our engines through the Engine protocol (its stats give rounds and the time split)."""
 
-    def __init__(self, engine, temperature: float, top_p: float = 1.0) -> None:  # engine: swiftspec.runtime.Engine
+    def __init__(self, engine, temperature: float, top_p: float = 1.0) -> None:  # engine: swiftspec.engines.Engine
         self.engine = engine
         self.temperature = temperature
         self.top_p = top_p

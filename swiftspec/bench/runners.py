@@ -17,8 +17,8 @@ import torch
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
-from swiftspec.runtime.defaults import default_draft_weights
-from swiftspec.runtime.startup import StartupProfile
+from swiftspec.engines.defaults import default_draft_weights
+from swiftspec.engines.startup import StartupProfile
 from swiftspec.weights.loader import model_args
 
 
@@ -94,7 +94,7 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
 
 def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources,
               args: argparse.Namespace, startup: StartupProfile | None) -> None:
-    from swiftspec.runtime import build_engine
+    from swiftspec.engines import build_engine
 
     engine = build_engine(config, startup=startup)
     lineup.runners[spec.name] = EngineRunner(engine, args.temperature, args.top_p)

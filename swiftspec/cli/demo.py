@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import AUTO, MODES, EngineConfig
+from swiftspec.engines.startup import StartupProfile
 from swiftspec.errors import UserError
-from swiftspec.runtime.startup import StartupProfile
 from swiftspec.sampling import SamplingParams
 
 
@@ -42,7 +42,7 @@ def _lineup(args: argparse.Namespace, config: EngineConfig):  # -> (list[(label,
         raise UserError(f"demo --modes: unknown mode {bad[0]!r}" if bad else "demo --modes is empty")
     decision = None
     if AUTO in names:
-        from swiftspec.runtime.auto.choose import decide
+        from swiftspec.engines.auto.choose import decide
 
         decision = decide(config)
         print(decision.line(), file=sys.stderr)
@@ -65,7 +65,7 @@ def _lineup(args: argparse.Namespace, config: EngineConfig):  # -> (list[(label,
 def _run_one(cfg: EngineConfig, prompt: str, max_tokens: int, show: bool, header: str,
              startup: StartupProfile | None) -> Row:
     """startup: the engine's start-up profile, where auto's decision holds it (None: it measures its own)."""
-    from swiftspec.runtime import build_engine
+    from swiftspec.engines import build_engine
     from swiftspec.tokenizer import IncrementalDecoder
 
     engine = build_engine(cfg, startup=startup)

@@ -1,6 +1,6 @@
 """Command-line flags shared by `generate`, `serve`, `bench` and `demo`, generated from the config
 dataclasses; flags that only some modes use narrow `--mode auto`, and are refused by other modes.
-Flags not given leave their defaults open (device AUTO, weights None): runtime.defaults.resolve_defaults
+Flags not given leave their defaults open (device AUTO, weights None): engines.defaults.resolve_defaults
 settles them after parsing, in one place."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _value(args: argparse.Namespace, name: str, default):  # noqa: ANN001, ANN20
 
 def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -> EngineConfig:
     """Build the frozen EngineConfig from parsed flags (raises ConfigError on bad values), its
-    defaults left open for runtime.defaults.resolve_defaults: no check of this machine runs here.
+    defaults left open for engines.defaults.resolve_defaults: no check of this machine runs here.
     mode overrides --mode (bench and demo pick their modes themselves, and refuse no flag)."""
     remote = remote_config_from_args(args)
     chosen = mode or ("async" if remote is not None and args.mode == AUTO else args.mode)

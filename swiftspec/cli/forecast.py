@@ -1,5 +1,5 @@
 """`swiftspec forecast`: before running, what each engine would decode here (the auto profile of this
-machine and pair, cached), and whether a second host for the draft would pay (runtime/auto/placements.py)."""
+machine and pair, cached), and whether a second host for the draft would pay (engines/auto/placements.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, config: EngineConfig) -> int:
-    from swiftspec.runtime.auto.choose import decide
-    from swiftspec.runtime.auto.placements import Setting, forecast, report
+    from swiftspec.engines.auto.choose import decide
+    from swiftspec.engines.auto.placements import Setting, forecast, report
 
     if args.rtt_ms < 0 or (args.draft_speed is not None and args.draft_speed <= 0):
         raise UserError("--rtt-ms must be >= 0 and --draft-speed > 0")

@@ -83,14 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settled_config(args: argparse.Namespace, mode: str | None = None) -> EngineConfig:
-    """The engine config of the flags, its open defaults settled once (runtime.defaults.resolve_defaults)."""
-    from swiftspec.runtime.defaults import resolve_defaults
+    """The engine config of the flags, its open defaults settled once (engines.defaults.resolve_defaults)."""
+    from swiftspec.engines.defaults import resolve_defaults
 
     return resolve_defaults(engine_config_from_args(args, mode))
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from swiftspec.runtime import build_engine
+    from swiftspec.engines import build_engine
     from swiftspec.sampling import SamplingParams
     from swiftspec.tokenizer import IncrementalDecoder
 
@@ -184,7 +184,7 @@ def run(argv: list[str] | None = None) -> int:
 
         return demo.run(args, _settled_config(args, mode="auto"))
     if args.command == "worker":
-        from swiftspec.runtime.draft_host import serve_draft
+        from swiftspec.distributed.draft_host import serve_draft
 
         args.model = args.draft_model or EngineConfig().draft  # the draft host holds no target: formats follow the draft
         return serve_draft(_settled_config(args, mode="async"), once=args.once)

@@ -1,6 +1,6 @@
 """Placement of the two groups on a host with several NUMA nodes: each group takes its cores from its own
 node, so that it reads its weights over its own memory bus. Memory follows by first touch: a rank pins
-itself to its cores before it loads its model (runtime/async_worker.run_worker), and Linux places the
+itself to its cores before it loads its model (distributed/workers.run_worker), and Linux places the
 pages it writes on the node it runs on. Planning is pure; reading the topology is one function.
 """
 

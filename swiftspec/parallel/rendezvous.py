@@ -31,7 +31,7 @@ import torch.distributed as dist
 from swiftspec.errors import UserError, link_errors
 
 log = logging.getLogger(__name__)
-PROTOCOL_VERSION = 2  # bump whenever runtime/protocol.py's messages or the handshake change
+PROTOCOL_VERSION = 2  # bump whenever distributed/protocol.py's messages or the handshake change
 SECRET_ENV = "SWIFTSPEC_SECRET"
 GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
 MAX_LINE = 4096  # a handshake line longer than this comes from no SwiftSpec peer

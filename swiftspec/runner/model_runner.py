@@ -77,7 +77,7 @@ class ModelRunner:
         # a pruned head's extension: packed rows [R, H] (or None) and the columns [E] of its logits
         # that score E more tokens after the pruned head's (kernels.select_tiles)
         self.extra: tuple[kernels.PackedWeight, torch.Tensor] | None = None
-        self.graphs = None  # CUDA: a runtime.cuda_graph.GraphRunner replaying captured shapes
+        self.graphs = None  # CUDA: a runner.cuda_graph.GraphRunner replaying captured shapes
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [T, H] -> float32 logits [T, V] (or [T, V' + E] over a pruned head's rows and the extra rows)."""

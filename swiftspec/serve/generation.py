@@ -17,9 +17,9 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
+from swiftspec.engines.base import Engine
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.fim import FimInput, FimTokens, find_fim_tokens, plain_prompt
-from swiftspec.runtime.base import Engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve import openai_protocol as proto
 from swiftspec.serve.openai_protocol import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from swiftspec.runtime.base import Engine, GenerationStats
+from swiftspec.engines.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
 
 PROBE_TOKENS = 256  # the start-up probe's prompt (or half the context, if shorter)

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
+from swiftspec.engines.base import Engine, GenerationStats
 from swiftspec.errors import EngineFault, UserError
-from swiftspec.runtime.base import Engine, GenerationStats
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve.pace import Pace, probe_prefill
 

@@ -31,10 +31,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from swiftspec.config import EngineConfig, ServerConfig
+from swiftspec.engines import build_engine
+from swiftspec.engines.base import Engine
+from swiftspec.engines.defaults import resolve_defaults
 from swiftspec.errors import EngineFault, UserError
-from swiftspec.runtime import build_engine
-from swiftspec.runtime.base import Engine
-from swiftspec.runtime.defaults import resolve_defaults
 from swiftspec.serve import infill
 from swiftspec.serve.generation import JobStream, Plan, Service
 from swiftspec.serve.infill_protocol import InfillRequest
@@ -99,7 +99,7 @@ def create_app(load: Callable[[], Engine], config: ServerConfig,
 
 async def _health(request: Request) -> JSONResponse:
     """starting | ok | degraded (a worker failed; restarting) | stopping: 200 only for ok, so a
-    supervisor can act.  A target host serving without its draft host (runtime/remote.py) is
+    supervisor can act.  A target host serving without its draft host (engines/remote.py) is
     degraded but serving: 200.  busy (200): serving, but the running job has held the engine far
     longer than its size should take (a long prefill): its age and phase say so."""
     body, serving = _health_state(request.app.state.service.scheduler)
@@ -268,7 +268,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
 def run(config: ServerConfig, engine_config: EngineConfig) -> int:
     """`swiftspec serve`: listen at once (/health: starting), build the engine meanwhile, and serve
     it until interrupted. An engine that cannot be built stops the server, and its error is raised.
-    engine_config: as parsed; its open defaults are settled (runtime.defaults.resolve_defaults) in the
+    engine_config: as parsed; its open defaults are settled (engines.defaults.resolve_defaults) in the
     build, after the server listens, since settling them may run the CUDA check and compile the C++
     kernels."""
     if not config.api_key and not _is_loopback(config.host):

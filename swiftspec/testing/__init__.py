@@ -1,2 +1,2 @@
 """Tiny random checkpoints (HF and GGUF) and random quantized blocks: what the tests build, and
-the CUDA start-up check (runtime/device.py) runs."""
+the CUDA start-up check (engines/device.py) runs."""

@@ -1,4 +1,4 @@
-"""LoadedModel: what loading a model gives the layers above (runner, speculate, runtime): the model ready
+"""LoadedModel: what loading a model gives the layers above (runner, speculate, engines): the model ready
 to run, its tokenizer, its ModelArgs and the file its weights came from."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 from spec_stats import first_tokens, sharp_pair
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-from swiftspec.runtime import build_engine
+from swiftspec.engines import build_engine
 from swiftspec.sampling import SamplingParams
 from trace_format import trace_problems
 
@@ -115,7 +115,7 @@ def test_async_sampling_gives_ars_tokens(tmp_path, one_core) -> None:
     """Every seeded request gives ar's tokens (SEEDS seeds, 6 tokens each, and one of 24), however
     the draft's timing falls and with prompt lookup grafting branches (the prompt repeats itself):
     a position's token is the same draw whichever round reaches it (sampling.Draws).  ar's draws
-    follow the target's distribution: tests/runtime/test_serial_lossless.py."""
+    follow the target's distribution: tests/engines/test_serial_lossless.py."""
     target_dir, draft_dir = sharp_pair(tmp_path)
     ar = build_engine(EngineConfig(mode="ar", target=str(target_dir), target_load=FP32))
     engine = build_engine(EngineConfig(mode="async", target=str(target_dir), draft=str(draft_dir),

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
+from swiftspec.engines import build_engine
 from swiftspec.errors import EngineFault, LinkError
-from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=256)

@@ -18,7 +18,7 @@ import pytest
 from injection import Injection
 from netns_hosts import LINK_TIMEOUT_S, Hosts, Target, start_draft, stop
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.runtime import build_engine
+from swiftspec.engines import build_engine
 from swiftspec.sampling import SamplingParams
 
 pytestmark = pytest.mark.netns

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from swiftspec.runtime.protocol import DistTransport, Shutdown, Verified
+from swiftspec.distributed.protocol import DistTransport, Shutdown, Verified
 
 
 def _peer(rank: int, init_method: str) -> None:

@@ -14,8 +14,8 @@ import torch
 import uvicorn
 
 from swiftspec.config import EngineConfig, LoadConfig, ServerConfig, TreeConfig
-from swiftspec.runtime import build_engine
-from swiftspec.runtime.base import Engine, Generation, GenerationStats, Rounds
+from swiftspec.engines import build_engine
+from swiftspec.engines.base import Engine, Generation, GenerationStats, Rounds
 from swiftspec.sampling import SamplingParams
 from swiftspec.serve.server import create_app
 from swiftspec.tokenizer import Tokenizer

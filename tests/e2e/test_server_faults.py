@@ -19,7 +19,7 @@ import pytest
 from injection import Injection
 from server_harness import MODEL, LiveServer, tiny_async_engine
 from spec_stats import sharp_pair
-from swiftspec.runtime.base import Generation
+from swiftspec.engines.base import Generation
 
 PROMPT = "def fibonacci(n):"
 LONG = 3000  # tokens: many seconds of decoding, so that the fault lands mid-stream

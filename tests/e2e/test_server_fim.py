@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from server_harness import MODEL, LiveServer, ScriptedEngine, tiny_engine
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
+from swiftspec.engines import build_engine
 from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt, repo_prompt
 from swiftspec.runner.load import load_target
-from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.testing.tiny import make_perturbed_draft
 from swiftspec.tokenizer import Tokenizer

@@ -119,7 +119,7 @@ def test_ar_engine_steps_through_its_one_token_graph() -> None:
     tokens of the same engine stepping eagerly."""
     from types import SimpleNamespace
 
-    from swiftspec.runtime.autoregressive import AutoregressiveEngine
+    from swiftspec.engines.ar import AutoregressiveEngine
     from swiftspec.sampling import SamplingParams
 
     target = SimpleNamespace(model=tiny_model("cuda"), tokenizer=SimpleNamespace(eos_token_ids=()))

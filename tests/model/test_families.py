@@ -154,9 +154,9 @@ def test_gemma3_tree_and_chain_greedy_equal_ar(tmp_path):
     import random
 
     from swiftspec.config import TreeConfig
-    from swiftspec.runtime import chain_config
-    from swiftspec.runtime.autoregressive import AutoregressiveEngine
-    from swiftspec.runtime.serial import SerialEngine
+    from swiftspec.engines import chain_config
+    from swiftspec.engines.ar import AutoregressiveEngine
+    from swiftspec.engines.serial import SerialEngine
     from swiftspec.sampling import SamplingParams
     from swiftspec.speculate import TreeDrafter
     from swiftspec.testing.tiny import make_perturbed_draft

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from swiftspec.config import EngineConfig, LoadConfig
-from swiftspec.runtime import build_engine
+from swiftspec.engines import build_engine
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights.loader import load_model
 

@@ -27,10 +27,10 @@ import torch
 
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
+from swiftspec.engines import build_engine, chain_config
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.kernels import cpu_ext
 from swiftspec.runner.load import load_target
-from swiftspec.runtime import build_engine, chain_config
-from swiftspec.runtime.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import TreeDrafter
 
@@ -96,7 +96,7 @@ def reference(real_pair, request):
 
 def speculative_engine(real_pair, ref: Reference, mode: str, tree: TreeConfig = TreeConfig(depth=3)):
     """build_engine's engine for `mode`; the second serial mode of a format (chain or tree) is built
-    as build_engine builds it (runtime/build.py: chain_config, SerialEngine) over the first one's
+    as build_engine builds it (engines/build.py: chain_config, SerialEngine) over the first one's
     draft model, pruned head and vocabulary, already loaded, pair-checked and packed by
     build_engine for the same draft_load: one draft load and packing per format instead of two."""
     config = EngineConfig(mode=mode, target=str(real_pair.target), draft=str(real_pair.draft),

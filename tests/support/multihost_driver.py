@@ -14,7 +14,7 @@ import sys
 import time
 
 from swiftspec.config import EngineConfig, LoadConfig, RemoteConfig, TreeConfig
-from swiftspec.runtime import build_engine
+from swiftspec.engines import build_engine
 from swiftspec.sampling import SamplingParams
 
 

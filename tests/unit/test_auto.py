@@ -10,9 +10,9 @@ import pytest
 from swiftspec.cli.engine_args import auto_candidates, engine_config_from_args
 from swiftspec.cli.main import build_parser
 from swiftspec.config import AutoConfig, ConfigError, EngineConfig, TreeConfig
-from swiftspec.runtime.auto import store
-from swiftspec.runtime.auto.choose import Decision, choose, predictions
-from swiftspec.runtime.auto.predict import (
+from swiftspec.engines.auto import store
+from swiftspec.engines.auto.choose import Decision, choose, predictions
+from swiftspec.engines.auto.predict import (
     Costs,
     DraftProfile,
     PairProfile,
@@ -154,8 +154,8 @@ def test_profile_cache_round_trip(tmp_cache, tiny_qwen_dir, tiny_draft_dir) -> N
 def test_a_profile_taken_while_other_work_ran_is_not_kept(monkeypatch, tmp_path) -> None:
     """All cores slower than one core's share means other processes competed: such a profile
     decides this start only, says so, and is not cached."""
-    from swiftspec.runtime.auto import choose as choose_mod
-    from swiftspec.runtime.auto import store
+    from swiftspec.engines.auto import choose as choose_mod
+    from swiftspec.engines.auto import store
 
     quiet, busy = _profile(), _profile(grouped=0.5)  # busy: the 2-core forward ran 2x the 1-core one
     assert not quiet.disturbed and busy.disturbed
@@ -163,10 +163,10 @@ def test_a_profile_taken_while_other_work_ran_is_not_kept(monkeypatch, tmp_path)
     monkeypatch.setattr(store, "load", lambda key: None)
     monkeypatch.setattr(store, "save", lambda key, profile: saved.append(profile))
     monkeypatch.setattr("swiftspec.weights.source.resolve_source", lambda source: tmp_path)  # pulls nothing
-    monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair", lambda config, formats: busy)
+    monkeypatch.setattr("swiftspec.engines.auto.profile.profile_pair", lambda config, formats: busy)
     decision = choose_mod.decide(EngineConfig(mode="auto"))
     assert saved == [] and "not cached: other work slowed it" in decision.line()
-    monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair", lambda config, formats: quiet)
+    monkeypatch.setattr("swiftspec.engines.auto.profile.profile_pair", lambda config, formats: quiet)
     assert "cached;" in choose_mod.decide(EngineConfig(mode="auto")).line() and saved == [quiet]
 
 
@@ -190,14 +190,14 @@ def test_bench_auto_entry_compares_plain_modes_in_the_default_target_format() ->
 def test_both_models_are_pulled_before_the_profile_starts(monkeypatch, tmp_path) -> None:
     """A first start downloads the pair before profiling it: the profile's time, which the line
     reports, holds no download."""
-    from swiftspec.runtime.auto import choose as choose_mod
-    from swiftspec.runtime.auto import store
+    from swiftspec.engines.auto import choose as choose_mod
+    from swiftspec.engines.auto import store
 
     events = []
     monkeypatch.setattr(store, "load", lambda key: None)
     monkeypatch.setattr(store, "save", lambda key, profile: None)
     monkeypatch.setattr("swiftspec.weights.source.resolve_source", lambda source: events.append(source) or tmp_path)
-    monkeypatch.setattr("swiftspec.runtime.auto.profile.profile_pair",
+    monkeypatch.setattr("swiftspec.engines.auto.profile.profile_pair",
                         lambda config, formats: events.append("profile") or _profile())
     config = EngineConfig(mode="auto")
     choose_mod.decide(config)

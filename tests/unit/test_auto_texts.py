@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swiftspec.runtime.auto.texts import builtin_texts
+from swiftspec.engines.auto.texts import builtin_texts
 
 
 class _Tokenizer:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from swiftspec.config import EngineConfig, LoadConfig
+from swiftspec.engines.ar import AutoregressiveEngine
 from swiftspec.errors import UserError
 from swiftspec.runner import load
-from swiftspec.runtime.autoregressive import AutoregressiveEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights.loader import load_model, model_args
 

@@ -1,4 +1,4 @@
-"""runtime.defaults.resolve_defaults: flag parsing leaves the device and weight formats open, and one
+"""engines.defaults.resolve_defaults: flag parsing leaves the device and weight formats open, and one
 call settles them (CPU or CUDA, a GGUF or an HF directory as target), keeps every explicit flag, and
 refuses a verify size the CPU kernels cannot take in one call."""
 
@@ -11,9 +11,9 @@ import pytest
 from swiftspec.cli.engine_args import engine_config_from_args
 from swiftspec.cli.main import build_parser
 from swiftspec.config import AUTO, ConfigError, EngineConfig, LoadConfig
+from swiftspec.engines import build_engine, device
+from swiftspec.engines.defaults import default_draft_weights, resolve_defaults
 from swiftspec.kernels import MAX_DECODER_ROWS, cpu_ext
-from swiftspec.runtime import build_engine, device
-from swiftspec.runtime.defaults import default_draft_weights, resolve_defaults
 
 
 def _parsed(*argv: str) -> EngineConfig:

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from swiftspec.runtime import device
+from swiftspec.engines import device
 
 
 def test_cpu_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The cost model of placements (runtime/auto/placements.py) on a synthetic profile: async across hosts
+"""The cost model of placements (engines/auto/placements.py) on a synthetic profile: async across hosts
 gains with the draft host's speed and loses with the round trip; the break-even and the longest
 round trip it reports are where the verdict flips."""
 
@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.auto.placements import Setting, break_even, forecast, max_rtt, report
-from swiftspec.runtime.auto.predict import Costs, DraftProfile, PairProfile, Position
+from swiftspec.engines.auto.placements import Setting, break_even, forecast, max_rtt, report
+from swiftspec.engines.auto.predict import Costs, DraftProfile, PairProfile, Position
 
 TREE = TreeConfig()
 

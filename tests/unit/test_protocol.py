@@ -2,7 +2,7 @@
 
 import torch
 
-from swiftspec.runtime.protocol import DraftTree, LocalTransport, Profile, Shutdown, Start, Verified
+from swiftspec.distributed.protocol import DraftTree, LocalTransport, Profile, Shutdown, Start, Verified
 from swiftspec.sampling import SamplingParams
 
 

@@ -35,7 +35,7 @@ def test_no_cycle_between_packages(style) -> None:
         imports = style.imported_modules(module, is_package, style.ast.parse(path.read_text()))
         edges.setdefault(own, set()).update(style.package_of(n) for _, n in imports)
     edges = {a: {b for b in bs if b not in (None, a)} for a, bs in edges.items() if a is not None}
-    assert edges["runtime"] and style.package_cycle(edges) == []
+    assert edges["engines"] and style.package_cycle(edges) == []
     assert style.package_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -53,7 +53,7 @@ def _plant(package: pathlib.Path, rel: str, line: str) -> None:
 def test_checker_fails_on_an_upward_lazy_import(style, tmp_path) -> None:
     package = _copy(tmp_path)
     assert style.check(package) == []
-    _plant(package, "runner/model_runner.py", "def _up():\n    from swiftspec.runtime import build_engine  # noqa\n")
+    _plant(package, "runner/model_runner.py", "def _up():\n    from swiftspec.engines import build_engine  # noqa\n")
     problems = style.check(package)
     assert any("runner/model_runner.py" in p and "from a layer above it" in p for p in problems)
     assert any("import cycle between packages" in p for p in problems)

@@ -10,9 +10,9 @@ import pytest
 
 from swiftspec.cli.main import main
 from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-from swiftspec.runtime import build_engine
-from swiftspec.runtime.trace import Timeline, TraceFile, chrome_trace, request_trace
+from swiftspec.engines import build_engine
 from swiftspec.sampling import SamplingParams
+from swiftspec.trace import Timeline, TraceFile, chrome_trace, request_trace
 from trace_format import trace_problems
 
 FP32 = LoadConfig(dtype="float32", max_seq_len=128)

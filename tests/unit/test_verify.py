@@ -182,5 +182,5 @@ def test_pure_packages_import_no_engine_code():
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.split()
     assert "swiftspec.verify" in loaded
-    for layer in ("model", "runtime", "parallel", "cache", "draft", "kernels", "serve"):
+    for layer in ("model", "engines", "distributed", "speculate", "runner", "parallel", "cache", "kernels", "serve"):
         assert not [m for m in loaded if m.startswith(f"swiftspec.{layer}")], layer

@@ -3,7 +3,7 @@ reach: the async engine's spawned workers, `swiftspec worker --role draft` in a 
 Python imports this module at start-up when its folder is on PYTHONPATH; tests/support/injection.py
 puts it there, with the settings below, for the processes a test starts.
 
-LINK_RTT_ENV=R: the draft host's link (runtime/draft_host.py, DraftHostIO) sleeps R/2 before each message
+LINK_RTT_ENV=R: the draft host's link (distributed/draft_host.py, DraftHostIO) sleeps R/2 before each message
 it sends and after each it receives, as a link with round-trip time R would delay them (a stand-in for
 `tc netem`, which not every kernel has).
 DRAFT_JITTER_ENV=J: the draft sleeps a random 0..J s before each round's drafting (TreeDrafter.draft,
@@ -31,7 +31,7 @@ def _sleep(kind: str, seconds: float) -> None:
 
 
 def delay_link(rtt_s: float) -> None:
-    from swiftspec.runtime.draft_host import DraftHostIO
+    from swiftspec.distributed.draft_host import DraftHostIO
 
     send, recv = DraftHostIO.send, DraftHostIO.recv
 

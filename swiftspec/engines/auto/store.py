@@ -17,7 +17,7 @@ import torch
 
 import swiftspec
 from swiftspec.config import EngineConfig
-from swiftspec.runtime.auto.predict import Costs, DraftProfile, PairProfile, Position
+from swiftspec.engines.auto.predict import Costs, DraftProfile, PairProfile, Position
 
 PROFILE_VERSION = 1  # bump when what a profile measures, or how, changes
 

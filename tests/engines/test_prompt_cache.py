@@ -12,9 +12,9 @@ import torch
 from swiftspec.cache.kv_cache import KVCache
 from swiftspec.cache.prompt_store import PromptStore, common_prefix
 from swiftspec.config import TreeConfig
-from swiftspec.runtime import chain_config
-from swiftspec.runtime.autoregressive import AutoregressiveEngine
-from swiftspec.runtime.serial import SerialEngine
+from swiftspec.engines import chain_config
+from swiftspec.engines.ar import AutoregressiveEngine
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import LookupDrafter, TreeDrafter
 

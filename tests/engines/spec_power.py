@@ -1,7 +1,7 @@
 """How test_serial_lossless/test_async's sampling criterion (spec_stats.goodness_of_fit) behaves
 at a given number of seeded requests: its false-failure rate and its power.  Not a test; run
 
-    PYTHONPATH=$PWD:tests/runtime python tests/runtime/spec_power.py 2500 1250:5.0
+    PYTHONPATH=$PWD:tests/engines python tests/engines/spec_power.py 2500 1250:5.0
 
 for the numbers the tests' docstrings quote (N:Z: N requests, threshold at z = Z instead of
 spec_stats.Z_1E6; a few minutes on one core).

@@ -11,12 +11,12 @@ import torch
 
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
-from swiftspec.runtime.startup import StartupProfile, Warmup, serial_profile
-from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
+from swiftspec.engines.base import Generation, GenerationStats, RequestState, Rounds
+from swiftspec.engines.startup import StartupProfile, Warmup, serial_profile
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.speculate import TreeDrafter, TreeVerifier
 from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
+from swiftspec.trace import Timeline, TraceFile, request_trace
 from swiftspec.weights.loaded import LoadedModel
 
 SAMPLED_FLOOR = 0.45  # sampled rounds expand and verify only nodes at least this likely under the draft

@@ -1,9 +1,10 @@
-"""async across hosts, the target host's side: RemoteEngine, and the handshake both hosts send (hello).
+"""async across hosts, the target host's side: RemoteEngine (the handshake both hosts send, hello, is
+in distributed/protocol.py).
 
-Each host runs one command and holds only its own model (the draft host's loop: runtime/draft_host.py).
+Each host runs one command and holds only its own model (the draft host's loop: distributed/draft_host.py).
 The target host listens (parallel/rendezvous.py); while no draft host is linked it serves without
 speculation (ar) and reports itself degraded. A draft host that passes the handshake forms the
-two-rank world with it, and requests run async (runtime/async_engine.py, unchanged). A message that
+two-rank world with it, and requests run async (engines/async_engine.py, unchanged). A message that
 fails or takes longer than --link-timeout drops the link: the request under way finishes in ar from
 the tokens already emitted, and the next draft host to connect is taken between requests. The draft
 host, on losing the target, leaves the world and connects again until a target host answers.
@@ -17,22 +18,14 @@ from typing import Callable
 
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
+from swiftspec.distributed.protocol import BEAT_KEY, hello
+from swiftspec.engines.base import Generation, GenerationStats, Rounds, token_budget
 from swiftspec.errors import EngineFault, LinkError
-from swiftspec.parallel.rendezvous import Hello, Listener, read_secret, tokenizer_digest
-from swiftspec.runtime.base import Generation, GenerationStats, Rounds, token_budget
+from swiftspec.parallel.rendezvous import Listener, read_secret
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
-BEAT_KEY = "beat"  # the draft host counts up this store key while idle: the target sees it is alive
-
-
-def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: swiftspec.tokenizer.Tokenizer
-    load = config.target_load if role == "target" else config.draft_load
-    return Hello(role=role, tokenizer=tokenizer_digest(tokenizer), verify_size=config.tree.verify_size,
-                 max_seq_len=load.max_seq_len)
-
-
 def add_tail(stats: GenerationStats, tail: GenerationStats, offset_s: float) -> None:
     """Add to a request's stats those of its ar tail (the rest of it after the link failed), which
     began offset_s into the request."""
@@ -51,8 +44,8 @@ class RemoteEngine:
 
     def __init__(self, config: EngineConfig, target: LoadedModel | None = None) -> None:
         """target: the target model, when the caller has loaded it already."""
+        from swiftspec.engines.ar import AutoregressiveEngine
         from swiftspec.runner.load import load_target, prompt_store
-        from swiftspec.runtime.autoregressive import AutoregressiveEngine
 
         self.config, self.remote = config, config.remote
         secret = read_secret(self.remote.secret_file)
@@ -86,7 +79,7 @@ class RemoteEngine:
         joined = self.listener.accept()
         if joined is None:
             return False
-        from swiftspec.runtime.async_engine import AsyncEngine
+        from swiftspec.engines.async_engine import AsyncEngine
 
         try:
             self.session = AsyncEngine(self.config, joined=joined, target=self.target, store=self.store)

@@ -14,11 +14,11 @@ import time
 import torch
 
 from swiftspec.config import ConfigError, EngineConfig
+from swiftspec.engines.auto.predict import Costs, DraftProfile, PairProfile, Position
+from swiftspec.engines.auto.texts import Text, builtin_texts
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.groups import Layout
 from swiftspec.runner.model_runner import ModelRunner, causal_mask
-from swiftspec.runtime.auto.predict import Costs, DraftProfile, PairProfile, Position
-from swiftspec.runtime.auto.texts import Text, builtin_texts
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.loaded import LoadedModel
 

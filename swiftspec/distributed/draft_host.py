@@ -1,7 +1,7 @@
 """async across hosts, the draft host's side: `swiftspec worker --role draft` loads the draft, links
-to the target host (parallel/rendezvous.py), drafts for it (runtime/async_worker.draft_loop) until the
+to the target host (parallel/rendezvous.py), drafts for it (distributed/workers.draft_loop) until the
 link ends, and links again.  Between requests it beats, so that the target host sees it is alive.
-The target host's side: runtime/remote.py.
+The target host's side: engines/remote.py.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import logging
 import time
 
 from swiftspec.config import NO_DRAFT, EngineConfig, require_settled
+from swiftspec.distributed.protocol import BEAT_KEY, DistTransport, Message, Shutdown, Start, Verified, hello
 from swiftspec.errors import LinkError, UserError, link_errors
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
 from swiftspec.parallel.rendezvous import Joined, connect, read_secret
-from swiftspec.runtime.protocol import DistTransport, Message, Shutdown, Start, Verified
-from swiftspec.runtime.remote import BEAT_KEY, hello
 
 log = logging.getLogger(__name__)
 BEAT_S = 1.0  # how often an idle draft host beats (and checks that the target's store still answers)
@@ -63,8 +62,8 @@ class DraftHostIO:
 def serve_draft(config: EngineConfig, once: bool = False) -> int:
     """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
     until it leaves, and link again (once: return after the first link ends).  config: settled by
-    runtime.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
-    from swiftspec.runtime.async_worker import DraftSettings, draft_loop
+    engines.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
+    from swiftspec.distributed.workers import DraftSettings, draft_loop
     from swiftspec.speculate import load_drafter
     from swiftspec.weights.loader import model_args
     from swiftspec.weights.source import resolve_source

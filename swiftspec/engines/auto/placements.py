@@ -1,5 +1,5 @@
 """Before running async across hosts: serial tree and async tok/s for a placement, from the per-forward
-costs that `--mode auto` profiles (runtime/auto/predict.py does the simulation; this adds placements).
+costs that `--mode auto` profiles (engines/auto/predict.py does the simulation; this adds placements).
 
 Placements: `one host` (both groups share this machine's cores and memory bus: auto's own async
 prediction) and `two hosts` (the target on all of this machine, the draft on another host whose
@@ -14,8 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from swiftspec.config import AutoConfig, EngineConfig, TreeConfig
-from swiftspec.runtime.auto.choose import predictions
-from swiftspec.runtime.auto.predict import Calibration, DraftProfile, PairProfile, Prediction, predict_async
+from swiftspec.engines.auto.choose import predictions
+from swiftspec.engines.auto.predict import Calibration, DraftProfile, PairProfile, Prediction, predict_async
 
 SPEEDS = (1 / 16, 64.0)  # the range of draft speeds the break-even search covers
 

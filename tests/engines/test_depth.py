@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.serial import SerialEngine
-from swiftspec.runtime.startup import MAX_PROFILED_DEPTH, choose_depth, serial_depth
+from swiftspec.engines.serial import SerialEngine
+from swiftspec.engines.startup import MAX_PROFILED_DEPTH, choose_depth, serial_depth
 from swiftspec.speculate import TreeDrafter
 from swiftspec.speculate.costs import MAX_FLOOR, MIN_TRUST, RoundCosts, RoundTimes
 from swiftspec.tree import best_size
@@ -138,7 +138,7 @@ def test_a_known_profile_is_not_measured_again() -> None:
     async one only its warm request, for the seconds per round and per prompt token."""
     from types import SimpleNamespace
 
-    from swiftspec.runtime.startup import StartupProfile, Warmup, async_profile, serial_profile
+    from swiftspec.engines.startup import StartupProfile, Warmup, async_profile, serial_profile
 
     calls = []
 

@@ -64,7 +64,7 @@ def _check_and_record(path: Path) -> dict:
 def greedy_tokens(device: str) -> list[int]:
     """CHECK_TOKENS greedy tokens of the serial tree engine on a tiny random pair, on `device`."""
     from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-    from swiftspec.runtime import build_engine
+    from swiftspec.engines import build_engine
     from swiftspec.sampling import SamplingParams
     from swiftspec.testing.tiny import make_perturbed_draft, make_tiny_checkpoint
 

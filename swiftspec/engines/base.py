@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
     from swiftspec.cache.prompt_store import PromptStore
     from swiftspec.runner.model_runner import Prefill
-    from swiftspec.runtime.trace import TraceFile
     from swiftspec.tokenizer import Tokenizer
+    from swiftspec.trace import TraceFile
 
 Rounds = Generator[list[int], None, None]  # one request run lazily: the new token ids of each round
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.startup import async_depth
+from swiftspec.engines.startup import async_depth
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +60,7 @@ class DraftProfile:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PairProfile:
-    """A machine and model pair, measured once (runtime/auto/profile.py) and cached."""
+    """A machine and model pair, measured once (engines/auto/profile.py) and cached."""
 
     device: str  # "cpu" | "cuda"
     cores: int  # CPU cores (threads) of the serial engines

@@ -21,14 +21,14 @@ def resolve_defaults(config: EngineConfig) -> EngineConfig:
     """config with every open default settled (a settled config comes back equal, and asks
     nothing of the machine):
 
-    - device AUTO: CUDA when its start-up check passed on this machine, else the CPU (runtime.device);
+    - device AUTO: CUDA when its start-up check passed on this machine, else the CPU (engines.device);
     - the target's weights None: default_target_weights;
     - the draft's weights None: default_draft_weights of the settled target (this may compile the
       C++ kernels, to see whether they load: the reason flag parsing leaves it open);
     - a tree verifying more rows than the CPU kernels take in one call is refused (ConfigError)."""
     device = None
     if AUTO in (config.target_load.device, config.draft_load.device):
-        from swiftspec.runtime.device import default_device
+        from swiftspec.engines.device import default_device
 
         device = default_device()
     target_load = _placed(config.target_load, device)

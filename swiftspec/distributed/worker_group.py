@@ -4,7 +4,7 @@ them, restart them after a fault, shut them down.
 
 A restart renews the process groups, so the group also holds what hangs on them: the target (loaded
 again when sharded), its verifier, the link to the draft leader and the relay to the target's
-tensor-parallel followers.  Watching and restarting: runtime/supervisor.py.
+tensor-parallel followers.  Watching and restarting: distributed/supervisor.py.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import torch.distributed as dist
 
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
+from swiftspec.distributed.protocol import DistTransport, GroupBroadcast, Shutdown
+from swiftspec.distributed.supervisor import LOAD_S, POLL_S, Watchdog, WorkerPool
+from swiftspec.distributed.workers import backend, load_for_rank, torchrun_init, worker_entry
 from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, joined, leave_groups, meeting_point
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runner.load import prompt_store
-from swiftspec.runtime.async_worker import backend, load_for_rank, torchrun_init, worker_entry
-from swiftspec.runtime.protocol import DistTransport, GroupBroadcast, Shutdown
-from swiftspec.runtime.supervisor import LOAD_S, POLL_S, Watchdog, WorkerPool
 from swiftspec.speculate import TreeVerifier
 from swiftspec.weights.loaded import LoadedModel
 
@@ -123,7 +123,7 @@ class WorkerGroup:
         return True
 
     def watch(self, phase: str, limit_s: float) -> contextlib.AbstractContextManager[None]:
-        """The block must finish within limit_s, or the workers count as hung (runtime/supervisor.py)."""
+        """The block must finish within limit_s, or the workers count as hung (distributed/supervisor.py)."""
         return self.watchdog.watch(phase, limit_s)
 
     @contextmanager

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.async_worker import DraftSettings, GroupIO, draft_loop
-from swiftspec.runtime.protocol import DraftTree, LocalTransport, Profile, Shutdown, Start, Verified
+from swiftspec.distributed.protocol import DraftTree, LocalTransport, Profile, Shutdown, Start, Verified
+from swiftspec.distributed.workers import DraftSettings, GroupIO, draft_loop
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import build_drafter
 

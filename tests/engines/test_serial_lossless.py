@@ -10,9 +10,9 @@ import pytest
 from conftest import FP32
 from spec_stats import exact_distribution, first_tokens, goodness_of_fit
 from swiftspec.config import ConfigError, TreeConfig
-from swiftspec.runtime import chain_config
-from swiftspec.runtime.autoregressive import AutoregressiveEngine
-from swiftspec.runtime.serial import SerialEngine
+from swiftspec.engines import chain_config
+from swiftspec.engines.ar import AutoregressiveEngine
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import LookupDrafter, TreeDrafter
 from swiftspec.speculate.costs import RoundCosts, RoundTimes
@@ -157,7 +157,7 @@ def test_ar_sampling_matches_target_distribution(sharp_models) -> None:
     seed (test_sampled_speculation_gives_ars_tokens), so this is their distribution too.
 
     2500 requests (SAMPLES), threshold at z = 4.753 (spec_stats.Z_1E6).  False failures, by
-    tests/runtime/spec_power.py (2e6 simulated runs of this criterion under the exact
+    tests/engines/spec_power.py (2e6 simulated runs of this criterion under the exact
     distribution): 59 cells expect >= 5 samples, threshold 126.0, 7 failures in 2e6 = 3.5e-6 (the
     cells expecting 5-10 samples fatten the tail past chi-square's 1e-6).  Power: a sampler that
     draws a share x of its first 3 tokens from the draft's distribution (TV 0.98 from the target's)

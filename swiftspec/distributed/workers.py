@@ -14,10 +14,7 @@ import torch
 import torch.distributed as dist
 
 from swiftspec.config import NO_DRAFT, EngineConfig, LoadConfig
-from swiftspec.errors import UserError
-from swiftspec.parallel.cores import Lane, pin, plan_cores
-from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join
-from swiftspec.runtime.protocol import (
+from swiftspec.distributed.protocol import (
     DistTransport,
     DraftTree,
     GroupBroadcast,
@@ -28,10 +25,13 @@ from swiftspec.runtime.protocol import (
     Transport,
     Verified,
 )
-from swiftspec.runtime.supervisor import LOAD_S
-from swiftspec.runtime.trace import Timeline
+from swiftspec.distributed.supervisor import LOAD_S
+from swiftspec.errors import UserError
+from swiftspec.parallel.cores import Lane, pin, plan_cores
+from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join
 from swiftspec.speculate import TreeDrafter, TreeVerifier
 from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
+from swiftspec.trace import Timeline
 from swiftspec.tree import mask_from_parents
 
 

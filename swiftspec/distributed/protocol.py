@@ -4,7 +4,7 @@ Vocabulary: the *target leader* (global rank 0) verifies and decides the tokens;
 leader* (global rank T) grows the tree. Only these cross between the groups: `Start` (a request's
 prompt, first token and sampling settings), `DraftTree` (the best bs-node subtree),
 `Verified` (the tokens emitted by a verification; `stop` ends the request), `Profile`, and
-`Shutdown`. A failed send or receive raises LinkError. Every message is encoded as CPU int64/float64 tensors (gloo, also on GPU machines): a fixed-size header whose first
+`Shutdown`. Across hosts, each side first sends its `hello` (parallel/rendezvous.py's handshake). A failed send or receive raises LinkError. Every message is encoded as CPU int64/float64 tensors (gloo, also on GPU machines): a fixed-size header whose first
 entry is the message kind, then payload tensors whose sizes the header gives. Nothing is pickled.
 """
 
@@ -18,10 +18,19 @@ from typing import Protocol, Union
 import torch
 import torch.distributed as dist
 
+from swiftspec.config import EngineConfig
 from swiftspec.errors import link_errors
+from swiftspec.parallel.rendezvous import Hello, tokenizer_digest
 from swiftspec.sampling import SamplingParams
 
 HEADER = 8
+BEAT_KEY = "beat"  # the draft host counts up this store key while idle: the target sees it is alive
+
+
+def hello(role: str, tokenizer, config: EngineConfig) -> Hello:  # tokenizer: swiftspec.tokenizer.Tokenizer
+    load = config.target_load if role == "target" else config.draft_load
+    return Hello(role=role, tokenizer=tokenizer_digest(tokenizer), verify_size=config.tree.verify_size,
+                 max_seq_len=load.max_seq_len)
 
 
 class Kind(IntEnum):
@@ -70,7 +79,7 @@ class Verified:
 class Profile:
     """The draft's report after a request stops: its busy seconds and its timeline spans.
 
-    events rows are (span code, start, end) in seconds since the epoch; see runtime/trace.py.
+    events rows are (span code, start, end) in seconds since the epoch; see swiftspec/trace.py.
     """
 
     seconds: float = 0.0

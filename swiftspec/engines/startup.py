@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.base import GenerationStats
+from swiftspec.engines.base import GenerationStats
 
 if TYPE_CHECKING:
     from swiftspec.tokenizer import Tokenizer
@@ -107,7 +107,7 @@ def choose_depth(t_target: float, t_draft: float, speed_at: Callable[[int], floa
 def serial_profile(tree: TreeConfig, probe: Probe, known: StartupProfile | None = None) -> StartupProfile:
     """The serial engines' (chain, tree): d given, the adaptive rounds' cap (deepest_depth), or
     profiled (serial_depth); with adaptive verification, the verify times too.  known: the same,
-    read from `auto`'s pair profile (runtime/auto/choose.py): nothing is measured again."""
+    read from `auto`'s pair profile (engines/auto/choose.py): nothing is measured again."""
     if known is not None:
         return known
     prompt = probe.tokenizer.encode(WARMUP_PROMPT)
@@ -137,7 +137,7 @@ def async_profile(tree: TreeConfig, probe: Probe, known: StartupProfile | None =
     """The async engine's: d given or by the paper's rule (choose_depth, warm-ups without verify
     costs), the verify times (adaptive verification), then a warm request at that d (the second of
     two: the first pays one-time costs) for the seconds per round and per prompt token.
-    known: d and the verify times read from `auto`'s pair profile (runtime/auto/choose.py); only the
+    known: d and the verify times read from `auto`'s pair profile (engines/auto/choose.py); only the
     warm request runs."""
     prompt = probe.tokenizer.encode(WARMUP_PROMPT)
     profile = known

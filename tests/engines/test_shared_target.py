@@ -6,8 +6,8 @@ import pytest
 
 from conftest import FP32
 from swiftspec.config import ConfigError, EngineConfig, TreeConfig
+from swiftspec.engines import build_engine
 from swiftspec.runner.load import load_target
-from swiftspec.runtime import build_engine
 from swiftspec.sampling import SamplingParams
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Callable
 
 from swiftspec.cache.prompt_store import PromptStore
+from swiftspec.engines.base import Generation, RequestState, Rounds
 from swiftspec.runner.cuda_graph import attach
 from swiftspec.runner.model_runner import ModelRunner
-from swiftspec.runtime.base import Generation, RequestState, Rounds
-from swiftspec.runtime.trace import Timeline, TraceFile, request_trace
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
+from swiftspec.trace import Timeline, TraceFile, request_trace
 from swiftspec.weights.loaded import LoadedModel
 
 

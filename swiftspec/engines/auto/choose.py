@@ -7,8 +7,8 @@ import dataclasses
 import sys
 
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig, chain_config, require_settled
-from swiftspec.runtime.auto import store
-from swiftspec.runtime.auto.predict import (
+from swiftspec.engines.auto import store
+from swiftspec.engines.auto.predict import (
     Calibration,
     DraftProfile,
     PairProfile,
@@ -18,7 +18,7 @@ from swiftspec.runtime.auto.predict import (
     predict_chain,
     predict_tree,
 )
-from swiftspec.runtime.startup import StartupProfile, async_depth, deepest_depth, serial_depth
+from swiftspec.engines.startup import StartupProfile, async_depth, deepest_depth, serial_depth
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +83,7 @@ def draft_formats(config: EngineConfig) -> tuple[str, ...]:
     """Draft weight formats to profile: on CPU with the C++ kernels and bf16 activations, int4 beside a
     4-bit target (gguf, int4) and int8 and int4 beside a wider one (the draft's precision never
     changes the output; a bf16 draft accepts no more than an int8 one and reads twice the bytes:
-    runtime.defaults.default_draft_weights), else the configured one."""
+    engines.defaults.default_draft_weights), else the configured one."""
     if not config.auto.choose_draft_weights:
         return (config.draft_load.weights,)
     load = config.draft_load
@@ -114,7 +114,7 @@ def predictions(profile: PairProfile, config: EngineConfig, cal: Calibration = C
 
 
 def tree_depth(profile: PairProfile, draft: DraftProfile, tree: TreeConfig) -> int:
-    """The serial tree's d, by the rules its own start-up profile follows (runtime/startup.py)."""
+    """The serial tree's d, by the rules its own start-up profile follows (engines/startup.py)."""
     if tree.depth or tree.adaptive:
         return tree.depth or deepest_depth(tree.verify_size)
     t_verify, t_expand = profile.target_alone.at(tree.verify_size), draft.alone.at(tree.width)
@@ -123,7 +123,7 @@ def tree_depth(profile: PairProfile, draft: DraftProfile, tree: TreeConfig) -> i
 
 def startup_profile(profile: PairProfile, config: EngineConfig) -> StartupProfile | None:
     """The start-up profile of the engine `config` names (mode and draft format chosen), read from
-    the pair profile by the rules the engine's own would follow (runtime/startup.py), so that the
+    the pair profile by the rules the engine's own would follow (engines/startup.py), so that the
     engine measures nothing again: d, and the seconds to verify 1..bs nodes on the target's cores
     (the forward costs; the engine's running costs scale them to what its rounds measure)."""
     tree = chain_config(config.tree) if config.mode == "chain" else config.tree
@@ -144,14 +144,14 @@ def startup_profile(profile: PairProfile, config: EngineConfig) -> StartupProfil
 
 def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
     """Profile (or read the cached profile) and choose; config.mode is replaced by the choice.
-    config: settled by runtime.defaults.resolve_defaults."""
+    config: settled by engines.defaults.resolve_defaults."""
     require_settled(config)
     formats = draft_formats(config)
     key = store.profile_key(config, formats)
     profile = None if config.auto.reprofile else store.load(key)
     cached = profile is not None
     if profile is None:
-        from swiftspec.runtime.auto.profile import profile_pair
+        from swiftspec.engines.auto.profile import profile_pair
         from swiftspec.weights.source import resolve_source
 
         for source in (config.target, config.draft):  # pulled first: a download is no part of the profile

@@ -59,7 +59,7 @@ def chi_square_threshold(dof: int, z: float = Z_1E6) -> float:
 
 def goodness_of_fit(samples: list[tuple], exact: dict[tuple, float]) -> tuple[float, float]:
     """Chi-square statistic and threshold; cells expecting < 5 samples are pooled into one.  The
-    criterion's own false-failure rate, and its power, at n samples: tests/runtime/spec_power.py."""
+    criterion's own false-failure rate, and its power, at n samples: tests/engines/spec_power.py."""
     n = len(samples)
     counts = Counter(samples)
     big = {cell for cell, p in exact.items() if p * n >= 5}

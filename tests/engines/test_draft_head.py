@@ -9,8 +9,8 @@ import torch
 from conftest import FP32
 from swiftspec import kernels
 from swiftspec.config import TreeConfig
-from swiftspec.runtime.autoregressive import AutoregressiveEngine
-from swiftspec.runtime.serial import SerialEngine
+from swiftspec.engines.ar import AutoregressiveEngine
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import TreeDrafter
 from swiftspec.speculate.vocab import TEXT_SLACK

@@ -7,17 +7,17 @@ import sys
 from pathlib import Path
 
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, chain_config, require_settled
+from swiftspec.engines.base import Engine
+from swiftspec.engines.startup import StartupProfile
 from swiftspec.runner.load import check_pair, load_target, prompt_store, resolve_context
-from swiftspec.runtime.base import Engine
-from swiftspec.runtime.startup import StartupProfile
 from swiftspec.weights.loaded import LoadedModel
 
 
 def build_engine(config: EngineConfig, target: LoadedModel | None = None,
                  startup: StartupProfile | None = None) -> Engine:
     """Load the models and build the engine that `config.mode` names; for `auto`, the one that
-    runtime.auto chooses (it says which, and why, in one line on stderr).  config: settled by
-    runtime.defaults.resolve_defaults (its context length, when 0, is settled here, where the
+    engines.auto chooses (it says which, and why, in one line on stderr).  config: settled by
+    engines.defaults.resolve_defaults (its context length, when 0, is settled here, where the
     models' headers and the free memory are known).  With config.trace set,
     every request's timeline goes to that file.  target: the target already loaded as
     config.target_load asks (runner.load.load_target, tensor-parallel size 1), which engines may
@@ -26,7 +26,7 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None,
     require_settled(config)
     config = resolve_context(config)
     if config.mode == AUTO:
-        from swiftspec.runtime.auto.choose import decide
+        from swiftspec.engines.auto.choose import decide
 
         decision = decide(config)
         print(decision.line(), file=sys.stderr, flush=True)
@@ -34,7 +34,7 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None,
     engine = _build(config, target, startup)
     engine.mode = config.mode
     if config.trace:
-        from swiftspec.runtime.trace import TraceFile
+        from swiftspec.trace import TraceFile
 
         engine.trace = TraceFile(Path(config.trace), config.mode)
     return engine
@@ -45,20 +45,20 @@ def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupPro
     if target is not None and config.target_tp > 1:
         raise ConfigError("a target loaded by the caller is not sharded: it cannot serve --target-tp > 1")
     if config.mode == "async" and config.remote is not None:
-        from swiftspec.runtime.remote import RemoteEngine
+        from swiftspec.engines.remote import RemoteEngine
 
         return RemoteEngine(config, target)
     if config.mode == "async":
-        from swiftspec.runtime.async_engine import AsyncEngine
+        from swiftspec.engines.async_engine import AsyncEngine
 
         return AsyncEngine(config, target=target, startup=startup)
     target = target or load_target(config.target, config.target_load)
     max_seq_len = config.target_load.max_seq_len
     if config.mode == "ar":
-        from swiftspec.runtime.autoregressive import AutoregressiveEngine
+        from swiftspec.engines.ar import AutoregressiveEngine
 
         return AutoregressiveEngine(target, max_seq_len, prompt_store(config))
-    from swiftspec.runtime.serial import SerialEngine
+    from swiftspec.engines.serial import SerialEngine
     from swiftspec.speculate import LookupDrafter, load_drafter
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)

@@ -1,8 +1,8 @@
 """SwiftSpec's asynchronous, disaggregated engine (paper Algorithm 1), front end = target leader.
 
 This process is global rank 0: it leads the target group, verifies and decides every token.  The
-other ranks (draft group, target followers) are its worker group (runtime/worker_group.py), spawned by
-`generate --mode async` itself or started by torchrun; their loops are in runtime/async_worker.py.  A
+other ranks (draft group, target followers) are its worker group (distributed/worker_group.py), spawned by
+`generate --mode async` itself or started by torchrun; their loops are in distributed/workers.py.  A
 worker that dies or hangs fails the running request with an EngineFault, never the process, and
 recover() restarts the workers.  This module is the loop: prefill, then round after round receive
 the draft's subtree, forward it, verify it, commit, and send the verified tokens back.
@@ -19,18 +19,18 @@ import torch
 
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import NO_DRAFT, EngineConfig
+from swiftspec.distributed.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Start, Verified
+from swiftspec.distributed.supervisor import Limits
+from swiftspec.distributed.worker_group import WorkerGroup
+from swiftspec.engines.base import Generation, GenerationStats, RequestState, Rounds
+from swiftspec.engines.startup import StartupProfile, Warmup, async_profile
 from swiftspec.errors import EngineFault
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runner.load import check_pair
-from swiftspec.runtime.base import Generation, GenerationStats, RequestState, Rounds
-from swiftspec.runtime.protocol import DistTransport, DraftTree, GroupBroadcast, Profile, Start, Verified
-from swiftspec.runtime.startup import StartupProfile, Warmup, async_profile
-from swiftspec.runtime.supervisor import Limits
-from swiftspec.runtime.trace import CODE, Timeline, TraceFile, request_trace, summarize
-from swiftspec.runtime.worker_group import WorkerGroup
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.speculate import TreeVerifier
+from swiftspec.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.tree import mask_from_parents
 from swiftspec.weights.loaded import LoadedModel
 from swiftspec.weights.loader import load_tokenizer, model_args
