@@ -33,7 +33,7 @@ test-fast: install
 BENCH_MODES ?= ar,chain,tree,async,auto,hf-ar,hf-assisted;ar@int8,tree@int8,ar@int4,chain@int4,tree@int4,async@int4,llamacpp-ar,llamacpp-spec
 bench: install
 	$(PY) -m swiftspec.cli bench --modes "$(BENCH_MODES)" --prompts 10 --max-tokens 128 \
-		--temperature 0 --seed 0 --warmup 1 --out bench_out --perplexity docs/bench/perplexity/code.txt \
+		--temperature 0 --seed 0 --warmup 1 --out bench_out --perplexity docs/bench/perplexity.txt \
 		$(if $(LLAMA_SERVER),--llama-server $(LLAMA_SERVER))
 	$(PY) -m swiftspec.bench.check bench_out
 

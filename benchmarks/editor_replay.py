@@ -9,7 +9,8 @@ line down, and asks for 32 greedy tokens.  Chat: 8 turns through /v1/chat/comple
 With --check-cold, each editor request is sent to our server again with cache_prompt false: the
 completions must be equal.
 
-Run: .venv/bin/python benchmarks/editor_replay.py --mode tree --out docs/bench/prompt-cache/RUN
+Run: .venv/bin/python benchmarks/editor_replay.py --mode tree --out /tmp/prompt-cache/RUN (its figures go into
+docs/bench/README.md#editor and docs/bench/history.jsonl)
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Offline GPU check of SwiftSpec's CUDA path: proves it runs and measures it on a lent device with
-no network and no model files (benchmarks/gpu_check.sh runs it; docs/bench/gpu/README.md).
+no network and no model files (benchmarks/gpu_check.sh runs it; docs/bench/gpu-check.md).
 
 Steps, in the order that makes a short run yield the most; each is guarded (a failure prints one
 line and the next step runs) and the results are rewritten after every step:
@@ -245,7 +245,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-seq-len", type=int, default=2048)
     ap.add_argument("--window", type=float, default=2.0, help="step 4: seconds each timing window lasts")
     ap.add_argument("--splits", default="8+8,12+4", help="step 5: target+draft cores of each async run")
-    ap.add_argument("--acceptance", type=Path, default=REPO / "docs/bench/history/full-2026-11-30/report.json",
+    ap.add_argument("--acceptance", type=Path, default=REPO / "docs/bench/cpu-acceptance.json",
                     help="a `swiftspec bench` report.json of the real pair on the CPU (acceptance lengths)")
     opts = ap.parse_args(argv)
     opts.shapes = TINY_PAIR if opts.tiny else DEFAULT_PAIR

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offline GPU check (docs/bench/gpu/README.md): run from the repo root on a machine with CUDA, e.g.
+# Offline GPU check (docs/bench/gpu-check.md): run from the repo root on a machine with CUDA, e.g.
 # a lent device with no network.  Installs nothing and needs no model files: the repository goes on
 # PYTHONPATH, the models are random pairs of the default pair's shapes built on the device, and
 # only torch (+ Triton on CUDA, pytest for step 1) must be installed.  Results (gpu_check.json,

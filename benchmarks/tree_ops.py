@@ -1,4 +1,4 @@
-"""The tree bookkeeping of one draft expansion and one round, timed on random trees (docs/bench/tree-ops.md).
+"""The tree bookkeeping of one draft expansion and one round, timed on random trees (docs/bench/depth-rules.md#tree-bookkeeping).
 
 Trees grow 8 leaves x 8 children at a time from random draft log-probs up to N nodes (the budget
 is 1024); each call is timed as the mean of 100 after one untimed call.

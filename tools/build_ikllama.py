@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp_cmake_args import cmake_args  # noqa: E402
 
 PACKAGE, VERSION = "ik-llama-cpp-python", "0.1.5"
-TARGETS = ("llama-server", "llama-perplexity")  # the bench's peer; its perplexity (docs/bench/perplexity)
+TARGETS = ("llama-server", "llama-perplexity")  # the bench's peer; its perplexity (docs/bench/perplexity.md)
 EXTRA = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DGGML_IQK_FA_ALL_QUANTS=OFF",
          "-DBUILD_SHARED_LIBS=OFF")
 

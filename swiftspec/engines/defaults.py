@@ -59,9 +59,9 @@ def default_draft_weights(target: LoadConfig) -> str:
     target's format would make it (the draft only proposes tokens: its precision never changes
     the output): a bf16 target gets an int8 draft where the CPU has int8 dot products (VNNI; its
     acceptance on HumanEval matches a bf16 draft's) and an int4 one at the plain AVX2 level,
-    where an int8 MAC costs twice an int4 one (docs/bench/history/avx2); a GGUF target (`gguf`) gets an
+    where an int8 MAC costs twice an int4 one (docs/bench/avx2.md#int4-draft-at-avx2); a GGUF target (`gguf`) gets an
     int4 one (faster than the draft file as stored, whose Q8_0/Q5_0 blocks run as int8, at no
-    loss of acceptance: docs/bench/history/auto-check).  Otherwise the draft uses the target's format."""
+    loss of acceptance: docs/bench/auto.md#auto-check).  Otherwise the draft uses the target's format."""
     own = {"bf16": "int8", "gguf": "int4"}.get(target.weights)
     if own is None or not target.device.startswith("cpu") or target.dtype != "bfloat16":
         return target.weights

@@ -49,7 +49,7 @@ from swiftspec.weights.loaded import LoadedModel
 
 # The least chance the tree gives a sampled request's draft draw (tree.coupled_children): 0, so it
 # ranks as the row's likeliest token would (a floor of 0.7 kept flat rows' draws in every tree:
-# 8 nodes and 7 expansions a round, 0.68x ar on sampled chat, docs/bench/chat-sampled).
+# 8 nodes and 7 expansions a round, 0.68x ar on sampled chat, docs/bench/sampled.md).
 COUPLED_DRAW_CHANCE = 0.0
 
 

@@ -89,7 +89,7 @@ BUSY_SLACK_S = 0.005  # and by more than this (a tiny model's forward is all thr
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
     """What the forward costs and the texts do not show, fitted to the default pair's measured
-    rounds (docs/bench/history/full-2026-11-30/report.md, docs/bench/auto.md): per-round work
+    rounds (docs/bench/auto.md#the-run-of-2026-11-30, docs/bench/auto.md): per-round work
     outside the forwards, how much of its tree a serial round finds already grown, and what async
     loses by growing its tree ahead, unfocused, before it knows which branch the target accepts."""
 

@@ -8,7 +8,7 @@
 // by weighted least squares (weights av + |x|, av = rms of the group, which favours the large
 // weights) and keep the fit with the least weighted squared error; min-max rounding (c = 0, d =
 // (hi - lo) / 15, mn = lo) is the starting point.  Perplexity against min-max rounding:
-// docs/bench/perplexity/results.md.
+// docs/bench/perplexity.md.
 #include <immintrin.h>
 
 #include <algorithm>
