@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -20,18 +21,6 @@ from swiftspec.trace import Timeline, TraceFile, request_trace
 from swiftspec.weights.loaded import LoadedModel
 
 SAMPLED_FLOOR = 0.45  # sampled rounds expand and verify only nodes at least this likely under the draft
-
-
-@dataclass(frozen=True, slots=True)
-class RoundStamps:
-    """perf_counter() readings at the step boundaries of one serial round."""
-
-    start: float  # drafting begins
-    select: float  # subtree selection begins
-    forward: float  # the target forward begins
-    verify: float  # verification (and the KV commit) begins
-    reroot: float  # the draft re-roots
-    end: float
 
 
 class SerialEngine:
@@ -118,39 +107,34 @@ class SerialEngine:
 
     def step(self, params: SamplingParams, draws: Draws, stats: GenerationStats, depth: int,
              costs: RoundCosts, timelines: tuple[Timeline, Timeline]) -> list[int]:
-        """One round, as named steps, recorded on the request's (target, draft) timelines; returns
-        the emitted tokens (accepted + bonus)."""
-        t0 = time.perf_counter()
+        """One round: draft, select, verify, commit, re-root; returns the emitted tokens (accepted +
+        bonus).  The clock times each named step for the timelines, the costs and the stats."""
+        clock = RoundClock()
         adapt = self.cfg.adaptive and params.greedy  # rounds shaped by measured costs (never the tokens)
         floor = costs.min_weight() if adapt else self._fixed_floor(params)
-        expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
-        t_select = time.perf_counter()
-        verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-        sub = self.drafter.subtree(self._verify_size(floor), verify_costs, t_select - t0 + costs.other_s, costs.trust())
-        t1 = time.perf_counter()
-        logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
-        t_verify = time.perf_counter()
-        acc = self.target.verify(sub.tokens, sub.parents, sub.depths, logits, params, draws)
-        emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
-        promise = promised(self.drafter.tree.weights, sub.nodes)
-        self.target.commit(acc.path[: len(emitted)])
-        t2 = time.perf_counter()
-        self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
-        t3 = time.perf_counter()
-        nodes = sub.tokens.shape[0]
-        _record(timelines, RoundStamps(t0, t_select, t1, t_verify, t2, t3), len(emitted), nodes)
-        costs.update(RoundTimes(t1 - t0, expansions, nodes, t2 - t1, t3 - t0, len(emitted), promise))
-        stats.draft_s += (t1 - t0) + (t3 - t2)
-        stats.verify_s += t2 - t1
-        stats.rounds += 1
-        stats.accept_lengths.append(len(emitted))
+        with clock("expand"):
+            expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
+        with clock("select"):
+            verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
+            sub = self.drafter.subtree(self._verify_size(floor), verify_costs, clock.elapsed() + costs.other_s,
+                                       costs.trust())
+        with clock("forward"):
+            logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
+        with clock("verify"):
+            acc = self.target.verify(sub.tokens, sub.parents, sub.depths, logits, params, draws)
+            emitted = acc.tokens.tolist()  # the emit point: the round's result reaches the host
+            promise = promised(self.drafter.tree.weights, sub.nodes)
+            self.target.commit(acc.path[: len(emitted)])
+        with clock("reroot"):
+            self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
+        clock.record(timelines, costs, stats, Outcome(expansions, sub.tokens.shape[0], len(emitted), promise))
         return emitted
 
     def _fixed_floor(self, params: SamplingParams) -> float:
         """The floor of rounds the cost rules do not shape: a sampled request (with --adaptive)
         neither expands nor verifies nodes less likely than SAMPLED_FLOOR under the draft (rounds
         by the cost rules ran 0.68x ar on sampled chat, by a floor of 0.3 0.93x; 0.45 against 0.3:
-        docs/bench/chat-sampled); otherwise every round drafts d deep and verifies bs nodes."""
+        docs/bench/sampled.md); otherwise every round drafts d deep and verifies bs nodes."""
         return math.log(SAMPLED_FLOOR) if self.cfg.adaptive and not params.greedy else -math.inf
 
     def _verify_size(self, floor: float) -> int:
@@ -167,12 +151,55 @@ class SerialEngine:
         self.target = self.drafter = None
 
 
-def _record(timelines: tuple[Timeline, Timeline], t: RoundStamps, emitted: int, nodes: int) -> None:
-    """The round's spans on the (target, draft) timelines, and its counters."""
-    target, draft = timelines
-    draft.add("expand", t.start, t.select)
-    draft.add("select", t.select, t.forward)
-    target.add("forward", t.forward, t.verify)
-    target.add("verify", t.verify, t.reroot)
-    draft.add("reroot", t.reroot, t.end)
-    target.count(emitted, nodes)
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a round did, beside its times."""
+
+    expansions: int  # draft forwards
+    nodes: int  # nodes verified
+    emitted: int  # tokens emitted
+    promised: float  # accepted tokens the verified nodes' path probabilities promised
+
+
+class RoundClock:
+    """perf_counter() readings at the boundaries of one serial round's named steps, which follow
+    each other without a gap: `with clock("expand"): ...` ends the step "expand" when its block does."""
+
+    DRAFT, TARGET = ("expand", "select", "reroot"), ("forward", "verify")  # whose timeline each step is on
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.ends: dict[str, float] = {}  # step -> its end
+
+    @contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        yield
+        self.ends[step] = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Seconds from the round's start to the end of its last finished step."""
+        return max(self.ends.values(), default=self.start) - self.start
+
+    def seconds(self, *steps: str) -> float:
+        return sum(self.ends[s] - self._begin(s) for s in steps)
+
+    def _begin(self, step: str) -> float:
+        names = list(self.ends)
+        i = names.index(step)
+        return self.ends[names[i - 1]] if i else self.start
+
+    def record(self, timelines: tuple[Timeline, Timeline], costs: RoundCosts, stats: GenerationStats,
+               done: Outcome) -> None:
+        """The round's spans and counters on the (target, draft) timelines, its times in the running
+        costs, and its share of the request's stats."""
+        target, draft = timelines
+        for step in self.ends:
+            (draft if step in self.DRAFT else target).add(step, self._begin(step), self.ends[step])
+        target.count(done.emitted, done.nodes)
+        drafting, verifying = self.seconds("expand", "select"), self.seconds("forward", "verify")
+        costs.update(RoundTimes(drafting, done.expansions, done.nodes, verifying, self.elapsed(), done.emitted,
+                                done.promised))
+        stats.draft_s += drafting + self.seconds("reroot")
+        stats.verify_s += verifying
+        stats.rounds += 1
+        stats.accept_lengths.append(done.emitted)
