@@ -12,6 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import tokenizers
+from jinja2 import TemplateError
+
 from swiftspec.errors import UserError
 
 # Tokens that end a turn or a document in the Llama/Qwen families; each counts as EOS when the
@@ -82,8 +85,6 @@ class Tokenizer:
     def _plain(self) -> Any:  # tokenizers.Tokenizer
         """A copy of the fast tokenizer's backend that reads special-token spellings as text, set
         once on its own copy (the shared backend keeps parsing them, as chat templates need)."""
-        import tokenizers
-
         plain = tokenizers.Tokenizer.from_str(self._hf.backend_tokenizer.to_str())
         plain.encode_special_tokens = True
         return plain
@@ -109,7 +110,6 @@ class Tokenizer:
         _check_messages(messages)
         if not self.has_chat_template:
             raise UserError("this model's tokenizer has no chat template; send a plain completion prompt")
-        from jinja2 import TemplateError
 
         spells_control = any(added in m["content"] for m in messages for added in self._added)
         # the contents go in as placeholders when one of them spells a control token ("<|im_end|>")

@@ -9,10 +9,10 @@ import sys
 from swiftspec.bench.harness import ModeSpec
 from swiftspec.bench.runners import mode_config
 from swiftspec.config import AUTO, EngineConfig
+from swiftspec.engines.auto.choose import decide
 
 
 def decide_for(base: EngineConfig, spec: ModeSpec, draft_weights: str | None):  # -> Decision
-    from swiftspec.engines.auto.choose import decide
 
     decision = decide(mode_config(base, dataclasses.replace(spec, variant=AUTO), draft_weights))
     print(f"bench: {spec.name}: {decision.line()}", file=sys.stderr)

@@ -19,6 +19,8 @@ import torch
 from swiftspec.bench import auto_report
 from swiftspec.bench.divergence import TieProbe, compare_to_ar
 from swiftspec.bench.harness import ModeSpec, RunResult, check_groups, parse_modes, run_interleaved
+from swiftspec.bench.perplexity import for_bench
+from swiftspec.bench.plot import write_plot
 from swiftspec.bench.prompts import Prompt, load_prompts
 from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
 from swiftspec.bench.roofline import measure_bandwidth
@@ -28,6 +30,7 @@ from swiftspec.config import EngineConfig
 from swiftspec.errors import UserError
 from swiftspec.fim import FimInput, find_fim_tokens, plain_prompt
 from swiftspec.runner.load import CONTEXT_STEP, with_context
+from swiftspec.weights.loader import load_tokenizer
 
 ALL_MODES = "ar,chain,tree,async,auto,hf-ar,hf-assisted,llamacpp-ar,llamacpp-spec"
 
@@ -81,7 +84,6 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     specs, decisions = auto_report.resolve(specs, base, args.draft_weights)
     check_groups(specs)
     sources = resolve_sources(base, specs)
-    from swiftspec.weights.loader import load_tokenizer
 
     lineup = Lineup(tokenizer=load_tokenizer(sources.target))
     prompts = load_prompts(args.prompts, args.dataset)
@@ -108,7 +110,6 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
         report["perplexity"] = _perplexity(args, base, specs, results)
     write_json(report, out / "report.json")
     write_markdown(report, out / "report.md")
-    from swiftspec.bench.plot import write_plot
 
     write_plot(report, out / "report.png")
     print_roofline(report)
@@ -120,8 +121,6 @@ def _perplexity(args: argparse.Namespace, base: EngineConfig, specs: list[ModeSp
                 results: dict[str, list[RunResult]]) -> dict[str, dict]:
     """Quality beside speed: the perplexity of every weight format our modes ran (models loaded
     one at a time, after the timed runs)."""
-    from swiftspec.bench.perplexity import for_bench
-
     ran = [s for s in specs if s.name in results]
     formats = sorted({s.weights or base.target_load.weights for s in ran if s.kind == "ours"})
     llama = any(s.kind == "llamacpp" for s in ran)

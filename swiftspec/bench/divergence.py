@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from swiftspec.config import LoadConfig
+from swiftspec.runner.load import load_target
+from swiftspec.runner.model_runner import ModelRunner
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -58,9 +60,6 @@ class TieProbe:
     def top2(self, ids: list[int]) -> torch.Tensor:
         """The two largest next-token logits after `ids`, float32 [2], largest first."""
         if self._runner is None:
-            from swiftspec.runner.load import load_target
-            from swiftspec.runner.model_runner import ModelRunner
-
             model = load_target(self.source, self.load).model  # in the mode's weight format
             self._runner = ModelRunner(model, self.load.max_seq_len, max_nodes=1)
         self._runner.kv.reset()

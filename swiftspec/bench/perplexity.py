@@ -23,6 +23,10 @@ import torch.nn.functional as F
 
 from swiftspec.config import WEIGHT_FORMATS, LoadConfig
 from swiftspec.errors import UserError
+from swiftspec.runner.load import load_target
+from swiftspec.weights.bundled import DEFAULT_TARGET
+from swiftspec.weights.loader import load_tokenizer
+from swiftspec.weights.source import resolve_source
 
 REFERENCE = "file"  # the checkpoint dequantized, fp32 activations
 
@@ -66,8 +70,6 @@ def _scored(window_logits: list[torch.Tensor], windows: list[list[int]], label: 
 
 def load_for(source: str, fmt: str, device: str = "cpu"):
     """The target model as `fmt` runs it (the runtime's own loading and packing)."""
-    from swiftspec.runner.load import load_target
-
     if fmt == REFERENCE:
         return load_target(source, LoadConfig(device=device, dtype="float32", weights="bf16")).model
     return load_target(source, LoadConfig(device=device, dtype="bfloat16", weights=fmt)).model
@@ -117,7 +119,6 @@ def markdown(rows: list[Perplexity], text: str) -> list[str]:
 
 
 def add_arguments(parser) -> None:  # noqa: ANN001 - argparse parser
-    from swiftspec.weights.bundled import DEFAULT_TARGET
 
     parser.add_argument("text", help="a UTF-8 text file")
     parser.add_argument("--model", default=DEFAULT_TARGET, help="bundled name, .gguf path or HF directory")
@@ -131,9 +132,6 @@ def add_arguments(parser) -> None:  # noqa: ANN001 - argparse parser
 def measure(source: str, text_file: str, formats: list[str], n_ctx: int, count: int, llama: bool,
             threads: int) -> list[Perplexity]:
     """Perplexity of each format (and of llama.cpp on a GGUF) on the first `count` windows of the text."""
-    from swiftspec.weights.loader import load_tokenizer
-    from swiftspec.weights.source import resolve_source
-
     bad = [f for f in formats if f not in (REFERENCE, *WEIGHT_FORMATS)]
     if bad:
         raise UserError(f"unknown weight format(s) {', '.join(bad)} for perplexity")
@@ -159,8 +157,6 @@ def for_bench(source: str, text_file: str, formats: list[str], llama: bool, wind
               threads: int) -> dict[str, dict]:
     """The bench's quality column: the file in fp32, each weight format the run used and llama.cpp
     (where its peer ran on a GGUF), keyed by label."""
-    from swiftspec.weights.source import resolve_source
-
     llama = llama and resolve_source(source).suffix == ".gguf"
     rows = measure(source, text_file, [REFERENCE, *formats], 512, windows, llama, threads)
     return {r.label: r.to_json() for r in rows}

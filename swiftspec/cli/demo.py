@@ -10,9 +10,12 @@ from dataclasses import dataclass
 
 from swiftspec.bench.prompts import load_prompts
 from swiftspec.config import AUTO, MODES, EngineConfig
+from swiftspec.engines import build_engine
+from swiftspec.engines.auto.choose import decide
 from swiftspec.engines.startup import StartupProfile
 from swiftspec.errors import UserError
 from swiftspec.sampling import SamplingParams
+from swiftspec.tokenizer import IncrementalDecoder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +45,6 @@ def _lineup(args: argparse.Namespace, config: EngineConfig):  # -> (list[(label,
         raise UserError(f"demo --modes: unknown mode {bad[0]!r}" if bad else "demo --modes is empty")
     decision = None
     if AUTO in names:
-        from swiftspec.engines.auto.choose import decide
-
         decision = decide(config)
         print(decision.line(), file=sys.stderr)
     lineup: list[tuple[str, EngineConfig]] = []
@@ -65,9 +66,6 @@ def _lineup(args: argparse.Namespace, config: EngineConfig):  # -> (list[(label,
 def _run_one(cfg: EngineConfig, prompt: str, max_tokens: int, show: bool, header: str,
              startup: StartupProfile | None) -> Row:
     """startup: the engine's start-up profile, where auto's decision holds it (None: it measures its own)."""
-    from swiftspec.engines import build_engine
-    from swiftspec.tokenizer import IncrementalDecoder
-
     engine = build_engine(cfg, startup=startup)
     try:
         decoder = IncrementalDecoder(engine.tokenizer)

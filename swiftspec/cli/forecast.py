@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from swiftspec.config import EngineConfig
+from swiftspec.engines.auto.choose import decide
+from swiftspec.engines.auto.placements import Setting, forecast, report
 from swiftspec.errors import UserError
 
 
@@ -17,9 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, config: EngineConfig) -> int:
-    from swiftspec.engines.auto.choose import decide
-    from swiftspec.engines.auto.placements import Setting, forecast, report
-
     if args.rtt_ms < 0 or (args.draft_speed is not None and args.draft_speed <= 0):
         raise UserError("--rtt-ms must be >= 0 and --draft-speed > 0")
     decision = decide(config)

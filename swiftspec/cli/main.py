@@ -1,9 +1,15 @@
-"""The `swiftspec` command: generate, serve, worker, bench, demo, forecast, perplexity, trace, info and models."""
+"""The `swiftspec` command: generate, serve, worker, bench, demo, forecast, perplexity, trace, info and models.
+
+The one module whose swiftspec imports sit inside functions: each command imports its front end
+(serve, bench, the engines: torch, uvicorn, matplotlib) only when it runs, so that `swiftspec
+--help` or a flag error answers at once."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from swiftspec.cli.engine_args import add_engine_arguments, engine_config_from_args
 from swiftspec.cli.remote_args import add_remote_arguments
@@ -123,8 +129,6 @@ def format_stats(s) -> str:  # s: GenerationStats
 
 
 def _info(args: argparse.Namespace) -> int:
-    import json
-
     from swiftspec.cli.cache_info import prompt_cache_line
     from swiftspec.kernels.capability import capability
     from swiftspec.parallel.numa import placement_line, read_nodes
@@ -154,8 +158,6 @@ def _models(args: argparse.Namespace) -> int:
 
 def _models_info(names: list[str]) -> int:
     """`models info PATH...`: each model's family, size, tensor types and how it would run."""
-    from pathlib import Path
-
     from swiftspec.weights import bundled
     from swiftspec.weights.describe import describe
 

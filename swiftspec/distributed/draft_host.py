@@ -12,9 +12,13 @@ import time
 
 from swiftspec.config import NO_DRAFT, EngineConfig, require_settled
 from swiftspec.distributed.protocol import BEAT_KEY, DistTransport, Message, Shutdown, Start, Verified, hello
+from swiftspec.distributed.workers import DraftSettings, draft_loop
 from swiftspec.errors import LinkError, UserError, link_errors
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, leave_groups
 from swiftspec.parallel.rendezvous import Joined, connect, read_secret
+from swiftspec.speculate import load_drafter
+from swiftspec.weights.loader import model_args
+from swiftspec.weights.source import resolve_source
 
 log = logging.getLogger(__name__)
 BEAT_S = 1.0  # how often an idle draft host beats (and checks that the target's store still answers)
@@ -63,11 +67,6 @@ def serve_draft(config: EngineConfig, once: bool = False) -> int:
     """`swiftspec worker --role draft`: load the draft, then link to the target host, draft for it
     until it leaves, and link again (once: return after the first link ends).  config: settled by
     engines.defaults.resolve_defaults (its draft context, when 0, is settled here)."""
-    from swiftspec.distributed.workers import DraftSettings, draft_loop
-    from swiftspec.speculate import load_drafter
-    from swiftspec.weights.loader import model_args
-    from swiftspec.weights.source import resolve_source
-
     remote = config.remote
     if config.draft == NO_DRAFT:
         raise UserError("a draft host needs a draft model (--draft-model)")

@@ -4,8 +4,10 @@ Each loop serves requests until `Shutdown`."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,10 +31,12 @@ from swiftspec.distributed.supervisor import LOAD_S
 from swiftspec.errors import UserError
 from swiftspec.parallel.cores import Lane, pin, plan_cores
 from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join
-from swiftspec.speculate import TreeDrafter, TreeVerifier
+from swiftspec.runner.load import load_target
+from swiftspec.speculate import LookupDrafter, TreeDrafter, TreeVerifier, build_drafter, load_drafter
 from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
 from swiftspec.trace import Timeline
 from swiftspec.tree import mask_from_parents
+from swiftspec.weights.loader import load_model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,15 +183,11 @@ def torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
 
 def load_for_rank(source: str, load: LoadConfig, groups: Groups):
     """Load this rank's shard of the model, on its own GPU when on CUDA."""
-    from swiftspec.weights.loader import load_model
-
     if load.device.startswith("cuda"):
         device = f"cuda:{groups.rank % torch.cuda.device_count()}"
         torch.cuda.set_device(device)
         load = dataclasses.replace(load, device=device)
     if groups.role == "target":
-        from swiftspec.runner.load import load_target
-
         return load_target(source, load, groups.parallel)
     return load_model(source, load, groups.parallel)
 
@@ -228,8 +228,6 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
 
 def _make_drafter(config: EngineConfig, groups: Groups):
     """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
-    from swiftspec.speculate import LookupDrafter, build_drafter, load_drafter
-
     if config.draft == NO_DRAFT:
         return LookupDrafter(config.tree)
     if not config.draft_load.device.startswith("cuda"):  # a packed CPU draft comes from its cache entry
@@ -243,9 +241,6 @@ def _make_drafter(config: EngineConfig, groups: Groups):
 def _die_with_parent(parent_pid: int) -> None:
     """Linux: SIGKILL this worker when the front end exits, so no orphan survives it (also when the
     front end is killed, or this worker is stopped); exit now if the front end is already gone."""
-    import ctypes
-    import signal
-
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:

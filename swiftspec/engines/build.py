@@ -6,10 +6,19 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import torch
+
 from swiftspec.config import AUTO, NO_DRAFT, ConfigError, EngineConfig, chain_config, require_settled
+from swiftspec.engines.ar import AutoregressiveEngine
+from swiftspec.engines.async_engine import AsyncEngine
+from swiftspec.engines.auto.choose import decide
 from swiftspec.engines.base import Engine
+from swiftspec.engines.remote import RemoteEngine
+from swiftspec.engines.serial import SerialEngine
 from swiftspec.engines.startup import StartupProfile
 from swiftspec.runner.load import check_pair, load_target, prompt_store, resolve_context
+from swiftspec.speculate import LookupDrafter, load_drafter
+from swiftspec.trace import TraceFile
 from swiftspec.weights.loaded import LoadedModel
 
 
@@ -26,16 +35,12 @@ def build_engine(config: EngineConfig, target: LoadedModel | None = None,
     require_settled(config)
     config = resolve_context(config)
     if config.mode == AUTO:
-        from swiftspec.engines.auto.choose import decide
-
         decision = decide(config)
         print(decision.line(), file=sys.stderr, flush=True)
         config, startup = decision.config, decision.startup
     engine = _build(config, target, startup)
     engine.mode = config.mode
     if config.trace:
-        from swiftspec.trace import TraceFile
-
         engine.trace = TraceFile(Path(config.trace), config.mode)
     return engine
 
@@ -45,21 +50,13 @@ def _build(config: EngineConfig, target: LoadedModel | None, startup: StartupPro
     if target is not None and config.target_tp > 1:
         raise ConfigError("a target loaded by the caller is not sharded: it cannot serve --target-tp > 1")
     if config.mode == "async" and config.remote is not None:
-        from swiftspec.engines.remote import RemoteEngine
-
         return RemoteEngine(config, target)
     if config.mode == "async":
-        from swiftspec.engines.async_engine import AsyncEngine
-
         return AsyncEngine(config, target=target, startup=startup)
     target = target or load_target(config.target, config.target_load)
     max_seq_len = config.target_load.max_seq_len
     if config.mode == "ar":
-        from swiftspec.engines.ar import AutoregressiveEngine
-
         return AutoregressiveEngine(target, max_seq_len, prompt_store(config))
-    from swiftspec.engines.serial import SerialEngine
-    from swiftspec.speculate import LookupDrafter, load_drafter
 
     if config.draft == NO_DRAFT:  # prompt lookup alone drafts (a chain keeps the best continuation)
         tree = dataclasses.replace(config.tree, lookup_branches=1) if config.mode == "chain" else config.tree
@@ -75,7 +72,5 @@ def _check_placement(config: EngineConfig) -> None:
         if load.weights != "bf16" and not load.device.startswith("cpu"):
             raise ConfigError("int8/int4 weights use the CPU kernels; on GPU use --weights bf16")
         if load.device.startswith("cuda"):
-            import torch
-
             if not torch.cuda.is_available():
                 raise ConfigError("--device cuda: no CUDA device is available")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from swiftspec.config import AUTO, ConfigError, EngineConfig, LoadConfig, TreeConfig
+from swiftspec.engines.device import default_device
 from swiftspec.kernels import MAX_DECODER_ROWS, cpu_ext
 from swiftspec.weights.source import is_gguf
 
@@ -28,8 +29,6 @@ def resolve_defaults(config: EngineConfig) -> EngineConfig:
     - a tree verifying more rows than the CPU kernels take in one call is refused (ConfigError)."""
     device = None
     if AUTO in (config.target_load.device, config.draft_load.device):
-        from swiftspec.engines.device import default_device
-
         device = default_device()
     target_load = _placed(config.target_load, device)
     if target_load.weights is None:

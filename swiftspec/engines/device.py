@@ -21,6 +21,10 @@ from pathlib import Path
 import torch
 
 import swiftspec
+from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
+from swiftspec.engines import build_engine
+from swiftspec.sampling import SamplingParams
+from swiftspec.weights.bundled import cache_dir
 
 CUDA_ENV = "SWIFTSPEC_CUDA"
 CHECK_TOKENS = 16
@@ -43,8 +47,6 @@ def default_device() -> str:
 
 
 def _verdict_path() -> Path:
-    from swiftspec.weights.bundled import cache_dir
-
     ident = f"{torch.cuda.get_device_name(0)}|{torch.version.cuda}|{torch.__version__}|{swiftspec.__version__}"
     return cache_dir() / "device" / f"cuda-{hashlib.sha1(ident.encode()).hexdigest()[:12]}.json"
 
@@ -63,9 +65,7 @@ def _check_and_record(path: Path) -> dict:
 
 def greedy_tokens(device: str) -> list[int]:
     """CHECK_TOKENS greedy tokens of the serial tree engine on a tiny random pair, on `device`."""
-    from swiftspec.config import EngineConfig, LoadConfig, TreeConfig
-    from swiftspec.engines import build_engine
-    from swiftspec.sampling import SamplingParams
+    # imported here: the tiny models write GGUF files too, and a GPU machine's image may lack gguf
     from swiftspec.testing.tiny import make_perturbed_draft, make_tiny_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="swiftspec-check-") as tmp:

@@ -19,9 +19,12 @@ from typing import Callable
 from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
 from swiftspec.distributed.protocol import BEAT_KEY, hello
+from swiftspec.engines.ar import AutoregressiveEngine
+from swiftspec.engines.async_engine import AsyncEngine
 from swiftspec.engines.base import Generation, GenerationStats, Rounds, token_budget
 from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.rendezvous import Listener, read_secret
+from swiftspec.runner.load import load_target, prompt_store
 from swiftspec.sampling import SamplingParams
 from swiftspec.weights.loaded import LoadedModel
 
@@ -44,9 +47,6 @@ class RemoteEngine:
 
     def __init__(self, config: EngineConfig, target: LoadedModel | None = None) -> None:
         """target: the target model, when the caller has loaded it already."""
-        from swiftspec.engines.ar import AutoregressiveEngine
-        from swiftspec.runner.load import load_target, prompt_store
-
         self.config, self.remote = config, config.remote
         secret = read_secret(self.remote.secret_file)
         self.target = target or load_target(config.target, config.target_load)
@@ -79,7 +79,6 @@ class RemoteEngine:
         joined = self.listener.accept()
         if joined is None:
             return False
-        from swiftspec.engines.async_engine import AsyncEngine
 
         try:
             self.session = AsyncEngine(self.config, joined=joined, target=self.target, store=self.store)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from swiftspec.kernels import cpu_ext
 from swiftspec.kernels.packed import TILE_N, PackedWeight, num_tiles, pad_rows, tile_fields, untile_fields
 
 SUPER_K = 256
@@ -200,7 +201,6 @@ def from_gguf(parts: list[RawPart], k: int) -> PackedWeight:
     bits = max(BITS[p.qtype] for p in parts)
     if any(len(p.raw) % TILE_N for p in parts[:-1]):
         raise ValueError("from_gguf: fused parts must have multiples of 16 rows")
-    from swiftspec.kernels import cpu_ext
 
     ext = cpu_ext.load()
     if ext is not None:  # one pass in C++ (csrc/kquant_repack.cpp): the bytes of the numpy path below

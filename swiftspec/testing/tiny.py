@@ -11,12 +11,14 @@ import json
 import shutil
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from swiftspec.kernels.kquant import BLOCK_BYTES
 from swiftspec.model.args import ModelArgs
 from swiftspec.model.hf_args import model_args
 from swiftspec.weights.gguf import hf_to_gguf_name, llama_permute
@@ -197,8 +199,6 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
     "Q5_K" (which gguf-py cannot quantize to) write random K-quant blocks instead of the weights,
     Q6_K for v_proj and down_proj as in a Q4_K_M / Q5_K_M file (2-D weights need K % 256 == 0).
     """
-    import gguf
-
     hf_dir, out = Path(hf_dir), Path(out)
     args = model_args(json.loads((hf_dir / "config.json").read_text()))
     writer = gguf.GGUFWriter(str(out), args.arch)
@@ -230,7 +230,6 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32") -> Path:
 
 
 def _gguf_hparams(writer, args: ModelArgs) -> None:  # writer: gguf.GGUFWriter
-    import gguf
 
     writer.add_context_length(args.max_position_embeddings)
     writer.add_embedding_length(args.hidden_size)
@@ -316,8 +315,6 @@ def _write_tokenizer(tok: Tokenizer, path: Path, max_len: int) -> None:
 def random_kquant_blocks(n: int, k: int, qtype: str, seed: int = 0) -> np.ndarray:
     """[n, k/256 * block bytes] random Q4_K / Q5_K / Q6_K blocks (every bit pattern of quants and
     sub-block scales occurs) with sane fp16 block scales in [1e-4, 1.1e-3] (dmin too for Q4_K, Q5_K)."""
-    from swiftspec.kernels.kquant import BLOCK_BYTES
-
     rng = np.random.default_rng(seed)
     b = rng.integers(0, 256, size=(n * k // 256, BLOCK_BYTES[qtype]), dtype=np.uint8)
     scales = (rng.random((len(b), 2)) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)

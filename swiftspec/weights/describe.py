@@ -1,5 +1,7 @@
 """`swiftspec models info`: what a GGUF file or HF directory holds (family, shape, parameters, tensor
-types) and how SwiftSpec would run it, read from headers alone (no tensor data is loaded).
+types) and how SwiftSpec would run it, read from headers alone (no tensor data is loaded).  The
+GGUF and safetensors readers are imported by the function that reads that kind of file: an HF
+directory is described where the gguf package is missing (as weights/loader.py loads one).
 """
 
 from __future__ import annotations

@@ -162,11 +162,11 @@ def test_a_profile_taken_while_other_work_ran_is_not_kept(monkeypatch, tmp_path)
     saved = []
     monkeypatch.setattr(store, "load", lambda key: None)
     monkeypatch.setattr(store, "save", lambda key, profile: saved.append(profile))
-    monkeypatch.setattr("swiftspec.weights.source.resolve_source", lambda source: tmp_path)  # pulls nothing
-    monkeypatch.setattr("swiftspec.engines.auto.profile.profile_pair", lambda config, formats: busy)
+    monkeypatch.setattr("swiftspec.engines.auto.choose.resolve_source", lambda source: tmp_path)  # pulls nothing
+    monkeypatch.setattr("swiftspec.engines.auto.choose.profile_pair", lambda config, formats: busy)
     decision = choose_mod.decide(EngineConfig(mode="auto"))
     assert saved == [] and "not cached: other work slowed it" in decision.line()
-    monkeypatch.setattr("swiftspec.engines.auto.profile.profile_pair", lambda config, formats: quiet)
+    monkeypatch.setattr("swiftspec.engines.auto.choose.profile_pair", lambda config, formats: quiet)
     assert "cached;" in choose_mod.decide(EngineConfig(mode="auto")).line() and saved == [quiet]
 
 
@@ -196,8 +196,8 @@ def test_both_models_are_pulled_before_the_profile_starts(monkeypatch, tmp_path)
     events = []
     monkeypatch.setattr(store, "load", lambda key: None)
     monkeypatch.setattr(store, "save", lambda key, profile: None)
-    monkeypatch.setattr("swiftspec.weights.source.resolve_source", lambda source: events.append(source) or tmp_path)
-    monkeypatch.setattr("swiftspec.engines.auto.profile.profile_pair",
+    monkeypatch.setattr("swiftspec.engines.auto.choose.resolve_source", lambda source: events.append(source) or tmp_path)
+    monkeypatch.setattr("swiftspec.engines.auto.choose.profile_pair",
                         lambda config, formats: events.append("profile") or _profile())
     config = EngineConfig(mode="auto")
     choose_mod.decide(config)

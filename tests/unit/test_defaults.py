@@ -11,7 +11,7 @@ import pytest
 from swiftspec.cli.engine_args import engine_config_from_args
 from swiftspec.cli.main import build_parser
 from swiftspec.config import AUTO, ConfigError, EngineConfig, LoadConfig
-from swiftspec.engines import build_engine, device
+from swiftspec.engines import build_engine, defaults
 from swiftspec.engines.defaults import default_draft_weights, resolve_defaults
 from swiftspec.kernels import MAX_DECODER_ROWS, cpu_ext
 
@@ -35,7 +35,7 @@ def kernels_at(monkeypatch: pytest.MonkeyPatch):
 def device_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The CUDA start-up check answers "cuda"; the list counts how often it was asked."""
     asked: list[str] = []
-    monkeypatch.setattr(device, "default_device", lambda: asked.append("asked") or "cuda")
+    monkeypatch.setattr(defaults, "default_device", lambda: asked.append("asked") or "cuda")
     return asked
 
 

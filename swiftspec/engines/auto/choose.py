@@ -18,7 +18,10 @@ from swiftspec.engines.auto.predict import (
     predict_chain,
     predict_tree,
 )
+from swiftspec.engines.auto.profile import profile_pair
 from swiftspec.engines.startup import StartupProfile, async_depth, deepest_depth, serial_depth
+from swiftspec.kernels import cpu_ext
+from swiftspec.weights.source import resolve_source
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +92,6 @@ def draft_formats(config: EngineConfig) -> tuple[str, ...]:
     load = config.draft_load
     if not load.device.startswith("cpu") or load.dtype != "bfloat16":
         return (load.weights,)
-    from swiftspec.kernels import cpu_ext
 
     if cpu_ext.load() is None:
         return (load.weights,)
@@ -151,9 +153,6 @@ def decide(config: EngineConfig, cal: Calibration = Calibration()) -> Decision:
     profile = None if config.auto.reprofile else store.load(key)
     cached = profile is not None
     if profile is None:
-        from swiftspec.engines.auto.profile import profile_pair
-        from swiftspec.weights.source import resolve_source
-
         for source in (config.target, config.draft):  # pulled first: a download is no part of the profile
             if source != NO_DRAFT:
                 resolve_source(source)

@@ -18,9 +18,12 @@ from swiftspec.engines.auto.predict import Costs, DraftProfile, PairProfile, Pos
 from swiftspec.engines.auto.texts import Text, builtin_texts
 from swiftspec.parallel.cores import Lane, plan_cores
 from swiftspec.parallel.groups import Layout
+from swiftspec.runner.load import check_pair, load_target
 from swiftspec.runner.model_runner import ModelRunner, causal_mask
+from swiftspec.speculate import build_drafter
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loader import load_model
 
 TARGET_ROWS = (1, 4, 8)  # row counts timed: decode, chain and tree verification (linear in between and beyond)
 DRAFT_ROWS = (1, 4, 8)  # a chain's leaf, a focused and a full-width tree expansion
@@ -99,8 +102,6 @@ def teacher_forced(runner: ModelRunner, text: Text) -> torch.Tensor:
 
 def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairProfile:
     """Load the target, then each draft format in turn (one model in memory at a time), and measure."""
-    from swiftspec.runner.load import load_target
-
     start = time.perf_counter()
     place = Placement.of(config)
     target = load_target(config.target, config.target_load)
@@ -139,9 +140,6 @@ def profile_pair(config: EngineConfig, draft_formats: tuple[str, ...]) -> PairPr
 
 def _load_draft(config: EngineConfig, target_tokenizer: Tokenizer, target_rows: int) -> LoadedModel:
     """The draft's unpacked weights, loaded once for every format (packing happens per format)."""
-    from swiftspec.runner.load import check_pair
-    from swiftspec.weights.loader import load_model
-
     draft = load_model(config.draft, config.draft_load)
     check_pair(target_tokenizer, draft.tokenizer, target_rows, draft.args.vocab_size)
     return draft
@@ -156,8 +154,6 @@ class _Draft:
 def _profile_draft(config: EngineConfig, fmt: str, draft: LoadedModel, texts: list[Text],
                    greedy: list[torch.Tensor], place: Placement) -> _Draft:
     """The draft packed as fmt, as the engines build it (pruned LM head, packed weights)."""
-    from swiftspec.speculate import build_drafter
-
     drafter = build_drafter(draft, config.tree, max(len(t.ids) for t in texts) + 2 * DRAFT_ROWS[-1],
                             config.draft_vocab, fmt)
     runner = drafter.runner

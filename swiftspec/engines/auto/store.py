@@ -18,6 +18,9 @@ import torch
 import swiftspec
 from swiftspec.config import EngineConfig
 from swiftspec.engines.auto.predict import Costs, DraftProfile, PairProfile, Position
+from swiftspec.kernels import cpu_ext
+from swiftspec.weights.bundled import BUNDLED, cache_dir
+from swiftspec.weights.source import resolve_source
 
 PROFILE_VERSION = 1  # bump when what a profile measures, or how, changes
 
@@ -45,9 +48,6 @@ class ProfileKey:
 
 def model_identity(source: str) -> str:
     """A bundled model's sha256, else the resolved files' paths, sizes and modification times."""
-    from swiftspec.weights.bundled import BUNDLED
-    from swiftspec.weights.source import resolve_source
-
     if source in BUNDLED:
         return f"{source} sha256:{BUNDLED[source].sha256}"
     path = resolve_source(source).resolve()
@@ -58,7 +58,6 @@ def model_identity(source: str) -> str:
 def _machine(device: str) -> str:
     if device.startswith("cuda"):
         return f"cuda:{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
-    from swiftspec.kernels import cpu_ext
 
     return f"cpu:{cpu_ext.isa() if cpu_ext.load() is not None else 'torch'}"
 
@@ -73,8 +72,6 @@ def profile_key(config: EngineConfig, draft_formats: tuple[str, ...]) -> Profile
 
 
 def profile_path(key: ProfileKey) -> Path:
-    from swiftspec.weights.bundled import cache_dir
-
     return cache_dir() / "auto" / f"{key.digest()}.json"
 
 
