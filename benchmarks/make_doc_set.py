@@ -5,7 +5,7 @@ packages, as `make install` installs them (each record's "source" names the pack
 licence), kept whole up to MAX_TOKENS; each comes with a question written for this project that the
 document answers:
 
-    .venv/bin/python tools/make_doc_set.py
+    .venv/bin/python benchmarks/make_doc_set.py
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The files come from permissively licensed third-party packages (not the Python s
 the pruned draft head's token table was counted on), as installed by `make install` in the versions
 recorded in each record's "source" field:
 
-    .venv/bin/python tools/make_code_sets.py
+    .venv/bin/python benchmarks/make_code_sets.py
 
 Each prompt ends at the end of a line inside an indented block, so the model continues real code.
 """
