@@ -40,62 +40,110 @@ float softmax_in_place(float* s, int64_t n) {
   return n > 0 ? 1.f / sum : 0.f;
 }
 
+// r[i] = the sum of the 16 lanes of v[i], for 16 vectors at once (a transposing add tree: 45
+// shuffles and adds where 16 horizontal sums take ~130).  Every r[i] is summed in the same order,
+// whatever i: ((e0 + e2) + (e1 + e3)) within each 128-bit lane, then (L0 + L1) + (L2 + L3) over
+// the lanes; lanes of v past the caller's count only reach lanes of r it does not store.
+inline __m512 sum16(const float (&v)[16][16]) {
+  __m512 u[8], w[4];
+  for (int i = 0; i < 8; ++i) {
+    const __m512 x = _mm512_load_ps(v[2 * i]), y = _mm512_load_ps(v[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d x = _mm512_castps_pd(u[2 * i]), y = _mm512_castps_pd(u[2 * i + 1]);
+    w[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 y0 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
+  const __m512 y1 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88), _mm512_shuffle_f32x4(w[2], w[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(y0, y1, 0x88), _mm512_shuffle_f32x4(y0, y1, 0xDD));
+}
+
+// s[h * n + j] = scale * (query h . K row of listed slot j) for the heads of KV head g: each K
+// row is loaded and widened once for all of them; a score is one FMA chain over the CH chunks and
+// a horizontal sum (sum16, over blocks of 16 listed slots).
+template <int CH>
+void key_scores(const AttnArgs& a, const float (*qf)[CH * 16], int64_t group, int64_t g, const int32_t* idx,
+                int64_t n, float* s) {
+  alignas(64) float part[kMaxHeads][16][16];  // per head, 16 slots' lane-wise partial scores
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t jn = n - j0 < 16 ? n - j0 : 16;
+    for (int64_t jj = 0; jj < jn; ++jj) {
+      const int64_t j = j0 + jj, off = slot_offset(a, idx, j, g);
+      prefetch_slot_ahead(a.k, a, idx, n, j, g, 0, a.D);
+      __m512 kv[CH];
+#pragma GCC unroll 16
+      for (int c = 0; c < CH; ++c) kv[c] = load16(a.k, a.bf16, off + c * 16);
+      for (int64_t h = 0; h < group; ++h) {
+        __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int c = 0; c < CH; ++c) acc = _mm512_fmadd_ps(_mm512_load_ps(qf[h] + c * 16), kv[c], acc);
+        _mm512_store_ps(part[h][jj], acc);
+      }
+    }
+    const __mmask16 m = tail16(jn);
+    for (int64_t h = 0; h < group; ++h) _mm512_mask_storeu_ps(s + h * n + j0, m, _mm512_mul_ps(sum16(part[h]), scale));
+  }
+}
+
+// out row h = inv[h] * sum over listed slots j, in list order, of p[h * n + j] * V row j.  Blocks of
+// HB heads x CB chunks keep the HB x CB accumulators, HB probabilities and one V vector in the 32
+// vector registers; a 6-head group at D 128 reads V once (two passes over half of each row).
+// Lanes of heads past the group's end accumulate zeros and are never stored.  Each output element
+// is the same FMA chain over the slots whatever the blocks.
+template <int CH>
+void weighted_v(const AttnArgs& a, int64_t group, int64_t g, const int32_t* idx, int64_t n, const float* p,
+                const float* inv, char* out) {
+  constexpr int CB = CH % 4 == 0 ? 4 : CH % 3 == 0 ? 3 : CH % 2 == 0 ? 2 : 1;  // chunks per pass
+  constexpr int HB = 31 / (CB + 1) < kMaxHeads ? 31 / (CB + 1) : kMaxHeads;  // HB x (CB + 1) + 1 <= 32
+  const int64_t esz = a.bf16 ? 2 : 4;
+  for (int64_t h0 = 0; h0 < group; h0 += HB) {
+    const int hb = static_cast<int>(group - h0 < HB ? group - h0 : HB);
+    for (int c0 = 0; c0 < CH; c0 += CB) {
+      __m512 acc[HB][CB];
+#pragma GCC unroll 16
+      for (int h = 0; h < HB; ++h)
+#pragma GCC unroll 16
+        for (int c = 0; c < CB; ++c) acc[h][c] = _mm512_setzero_ps();
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t off = slot_offset(a, idx, j, g) + c0 * 16;
+        prefetch_slot_ahead(a.v, a, idx, n, j, g, c0 * 16, CB * 16);
+        __m512 pj[HB];
+#pragma GCC unroll 16
+        for (int h = 0; h < HB; ++h) pj[h] = _mm512_set1_ps(h < hb ? p[(h0 + h) * n + j] : 0.f);
+#pragma GCC unroll 16
+        for (int c = 0; c < CB; ++c) {
+          const __m512 vv = load16(a.v, a.bf16, off + c * 16);
+#pragma GCC unroll 16
+          for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(pj[h], vv, acc[h][c]);
+        }
+      }
+      for (int h = 0; h < hb; ++h) {
+        const __m512 vinv = _mm512_set1_ps(inv[h0 + h]);
+        for (int c = 0; c < CB; ++c) {
+          store16(out + (h0 + h) * a.D * esz, a.bf16, (c0 + c) * 16, _mm512_mul_ps(acc[h][c], vinv));
+        }
+      }
+    }
+  }
+}
+
 // Query heads of KV head g (qs: `group` <= kMaxHeads rows of q, row stride q_ld_h elements) over
-// the compact slots idx[0, n), for a head dim of CH x 16: each K and V row is loaded and widened
-// once for all of them.  Per head the order is fixed: each score is one FMA chain over the CH
-// chunks and a horizontal sum, then the softmax, then the V sum over slots in list order.
-// s: group * n floats of scratch.  Heads go in blocks of HB so that HB x CH V accumulators, HB
-// probabilities and one V vector fit the 32 vector registers (lanes of heads past the group's end
-// accumulate zeros and are never stored).
+// the compact slots idx[0, n), for a head dim of CH x 16.  Per head the order is fixed: the scores,
+// then the softmax, then the V sum over slots in list order.  s: group * n floats of scratch.
 template <int CH>
 void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, const int32_t* idx, int64_t n,
                   float* s, char* out) {
-  constexpr int HB = CH <= 4 ? 5 : 3;
   const int64_t esz = a.bf16 ? 2 : 4;
   alignas(64) float qf[kMaxHeads][CH * 16];  // these heads' queries in fp32
   for (int64_t h = 0; h < group; ++h) {
     for (int c = 0; c < CH; ++c) _mm512_store_ps(qf[h] + c * 16, load16(qs + h * a.q_ld_h * esz, a.bf16, c * 16));
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = slot_offset(a, idx, j, g);
-    prefetch_slot_ahead(a.k, a, idx, n, j, g, 0, a.D);
-    __m512 kv[CH];
-#pragma GCC unroll 16
-    for (int c = 0; c < CH; ++c) kv[c] = load16(a.k, a.bf16, off + c * 16);
-    for (int64_t h = 0; h < group; ++h) {
-      __m512 acc = _mm512_setzero_ps();
-#pragma GCC unroll 16
-      for (int c = 0; c < CH; ++c) acc = _mm512_fmadd_ps(_mm512_load_ps(qf[h] + c * 16), kv[c], acc);
-      s[h * n + j] = _mm512_reduce_add_ps(acc) * a.scale;
-    }
-  }
+  key_scores<CH>(a, qf, group, g, idx, n, s);
   float inv[kMaxHeads];
   for (int64_t h = 0; h < group; ++h) inv[h] = softmax_in_place(s + h * n, n);
-  for (int64_t h0 = 0; h0 < group; h0 += HB) {
-    const int hb = static_cast<int>(group - h0 < HB ? group - h0 : HB);
-    __m512 acc[HB][CH];
-#pragma GCC unroll 16
-    for (int h = 0; h < HB; ++h)
-#pragma GCC unroll 16
-      for (int c = 0; c < CH; ++c) acc[h][c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t off = slot_offset(a, idx, j, g);
-      prefetch_slot_ahead(a.v, a, idx, n, j, g, 0, a.D);
-      __m512 p[HB];
-#pragma GCC unroll 16
-      for (int h = 0; h < HB; ++h) p[h] = _mm512_set1_ps(h < hb ? s[(h0 + h) * n + j] : 0.f);
-#pragma GCC unroll 16
-      for (int c = 0; c < CH; ++c) {
-        const __m512 vv = load16(a.v, a.bf16, off + c * 16);
-#pragma GCC unroll 16
-        for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], vv, acc[h][c]);
-      }
-    }
-    for (int h = 0; h < hb; ++h) {
-      const __m512 vinv = _mm512_set1_ps(inv[h0 + h]);
-      for (int c = 0; c < CH; ++c) store16(out + (h0 + h) * a.D * esz, a.bf16, c * 16, _mm512_mul_ps(acc[h][c], vinv));
-    }
-  }
+  weighted_v<CH>(a, group, g, idx, n, s, inv, out);
 }
 
 using GroupFn = void (*)(const AttnArgs&, const char*, int64_t, int64_t, const int32_t*, int64_t, float*, char*);
