@@ -74,7 +74,7 @@ class ByteTokenizer:
 
 @dataclass(slots=True)
 class RandomModel:
-    """The fields of swiftspec.weights.loaded.LoadedModel that the engines read."""
+    """The fields of swiftspec.weights.loaded_model.LoadedModel that the engines read."""
 
     args: ModelArgs
     model: Transformer

@@ -27,7 +27,7 @@ from swiftspec.parallel.groups import Layout, all_ready, init_groups, joined, le
 from swiftspec.parallel.rendezvous import Joined
 from swiftspec.runner.load import prompt_store
 from swiftspec.speculate import TreeVerifier
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
 CAUSE_GRACE_S = 1.0  # after a failed message, how long a dying worker's exit may take to show

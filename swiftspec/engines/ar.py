@@ -10,7 +10,7 @@ from swiftspec.runner.cuda_graph import attach
 from swiftspec.runner.model_runner import ModelRunner
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.trace import Timeline, TraceFile, request_trace
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 
 
 class AutoregressiveEngine:

@@ -32,7 +32,7 @@ from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.speculate import TreeVerifier
 from swiftspec.trace import CODE, Timeline, TraceFile, request_trace, summarize
 from swiftspec.tree import mask_from_parents
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 from swiftspec.weights.loader import load_tokenizer, model_args
 from swiftspec.weights.source import resolve_source
 

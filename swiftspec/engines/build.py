@@ -19,7 +19,7 @@ from swiftspec.engines.startup import StartupProfile
 from swiftspec.runner.load import check_pair, load_target, prompt_store, resolve_context
 from swiftspec.speculate import LookupDrafter, load_drafter
 from swiftspec.trace import TraceFile
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 
 
 def build_engine(config: EngineConfig, target: LoadedModel | None = None,

@@ -26,7 +26,7 @@ from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.rendezvous import Listener, read_secret
 from swiftspec.runner.load import load_target, prompt_store
 from swiftspec.sampling import SamplingParams
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
 def add_tail(stats: GenerationStats, tail: GenerationStats, offset_s: float) -> None:

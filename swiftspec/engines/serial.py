@@ -18,7 +18,7 @@ from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.speculate import TreeDrafter, TreeVerifier
 from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
 from swiftspec.trace import Timeline, TraceFile, request_trace
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 
 SAMPLED_FLOOR = 0.45  # sampled rounds expand and verify only nodes at least this likely under the draft
 

@@ -15,7 +15,7 @@ from swiftspec.config import NO_DRAFT, ConfigError, EngineConfig, LoadConfig
 from swiftspec.model.args import ModelArgs
 from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer, vocab_mismatch
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 from swiftspec.weights.loader import DTYPES, load_model, model_args
 from swiftspec.weights.source import resolve_source
 

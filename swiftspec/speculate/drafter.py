@@ -45,7 +45,7 @@ from swiftspec.tree import (
     select_subtree,
     topk_children,
 )
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 
 # The least chance the tree gives a sampled request's draft draw (tree.coupled_children): 0, so it
 # ranks as the row's likeliest token would (a floor of 0.7 kept flat rows' draws in every tree:

@@ -31,7 +31,7 @@ from swiftspec.parallel.state import ParallelState
 from swiftspec.speculate.drafter import TreeDrafter, build_drafter, fim_focus
 from swiftspec.speculate.vocab import TABLE_DIR
 from swiftspec.weights.bundled import cache_dir
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 from swiftspec.weights.loader import DTYPES, load_model, load_tokenizer, model_args
 from swiftspec.weights.source import resolve_source
 

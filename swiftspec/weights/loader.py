@@ -25,7 +25,7 @@ from swiftspec.model.transformer import Transformer
 from swiftspec.parallel.state import ParallelState
 from swiftspec.tokenizer import Tokenizer
 from swiftspec.weights.bundled import cache_dir
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 from swiftspec.weights.safetensors import open_hf_dir
 from swiftspec.weights.source import resolve_source
 

@@ -22,7 +22,7 @@ from swiftspec.runner.load import check_pair, load_target
 from swiftspec.runner.model_runner import ModelRunner, causal_mask
 from swiftspec.speculate import build_drafter
 from swiftspec.tokenizer import Tokenizer
-from swiftspec.weights.loaded import LoadedModel
+from swiftspec.weights.loaded_model import LoadedModel
 from swiftspec.weights.loader import load_model
 
 TARGET_ROWS = (1, 4, 8)  # row counts timed: decode, chain and tree verification (linear in between and beyond)
