@@ -165,36 +165,33 @@ class RoundClock:
     """perf_counter() readings at the boundaries of one serial round's named steps, which follow
     each other without a gap: `with clock("expand"): ...` ends the step "expand" when its block does."""
 
-    DRAFT, TARGET = ("expand", "select", "reroot"), ("forward", "verify")  # whose timeline each step is on
+    DRAFT = ("expand", "select", "reroot")  # the steps on the draft's timeline; the others are the target's
 
     def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.ends: dict[str, float] = {}  # step -> its end
+        self.start = self.last = time.perf_counter()  # last: the end of the last finished step
+        self.spans: dict[str, tuple[float, float]] = {}  # step -> (begin, end)
 
     @contextmanager
     def __call__(self, step: str) -> Iterator[None]:
         yield
-        self.ends[step] = time.perf_counter()
+        end = time.perf_counter()
+        self.spans[step] = (self.last, end)
+        self.last = end
 
     def elapsed(self) -> float:
         """Seconds from the round's start to the end of its last finished step."""
-        return max(self.ends.values(), default=self.start) - self.start
+        return self.last - self.start
 
     def seconds(self, *steps: str) -> float:
-        return sum(self.ends[s] - self._begin(s) for s in steps)
-
-    def _begin(self, step: str) -> float:
-        names = list(self.ends)
-        i = names.index(step)
-        return self.ends[names[i - 1]] if i else self.start
+        return sum(self.spans[s][1] - self.spans[s][0] for s in steps)
 
     def record(self, timelines: tuple[Timeline, Timeline], costs: RoundCosts, stats: GenerationStats,
                done: Outcome) -> None:
         """The round's spans and counters on the (target, draft) timelines, its times in the running
         costs, and its share of the request's stats."""
         target, draft = timelines
-        for step in self.ends:
-            (draft if step in self.DRAFT else target).add(step, self._begin(step), self.ends[step])
+        for step, (begin, end) in self.spans.items():
+            (draft if step in self.DRAFT else target).add(step, begin, end)
         target.count(done.emitted, done.nodes)
         drafting, verifying = self.seconds("expand", "select"), self.seconds("forward", "verify")
         costs.update(RoundTimes(drafting, done.expansions, done.nodes, verifying, self.elapsed(), done.emitted,

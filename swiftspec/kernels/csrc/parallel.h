@@ -24,8 +24,8 @@ T* sized(std::vector<T>& v, int64_t n) {
 // threads finish close together; fixed chunks of n / 16 left one core waiting for the other's
 // last chunk at every call (the target's forward, 2 threads, docs/bench/rows.md: 1 row at 200
 // tokens of context 43.7 -> 42.4 ms and 44.0 -> 43.7 in two interleaved A/Bs at avx512-bf16, 8 rows
-// 99.3 -> 91.7 at avx2).  Which thread runs a unit never changes its result.  Below kSerialWork, waking the thread pool costs
-// more than it saves.
+// 99.3 -> 91.7 at avx2).  Which thread runs a unit never changes its result.  Below kSerialWork,
+// waking the thread pool costs more than it saves.
 template <typename Fn>
 void parallel_chunks(int64_t n, int64_t work, const Fn& fn) {
   const int64_t nthreads = std::max<int64_t>(1, at::get_num_threads());
