@@ -9,18 +9,39 @@ int64_t attention_path(int64_t level) {
   return level >= kAvx512 ? kAvx512 : level >= kAvx2 ? kAvx2 : kNoIsa;
 }
 
+// Query rows per AVX-512 block: up to kAttnRowBlock, fewer where more blocks would keep more
+// threads busy (a block runs on one thread).
+int64_t rows_per_block(const AttnArgs& a) {
+  const int64_t per_head = (at::get_num_threads() + a.Hkv - 1) / a.Hkv;  // blocks per KV head for every thread
+  const int64_t blocks = std::min(a.T, std::max(per_head, (a.T + kAttnRowBlock - 1) / kAttnRowBlock));
+  return (a.T + blocks - 1) / blocks;
+}
+
 void run_attention(const AttnArgs& a, int64_t level) {
   const int64_t path = attention_path(level);
   TORCH_CHECK(path != kNoIsa, "attention: no kernel at ISA level ", level);
-  at::parallel_for(0, a.T * a.Hkv, 1, [&](int64_t w0, int64_t w1) {
-    thread_local std::vector<int32_t> idx;
-    thread_local std::vector<float> scores;
-    int32_t* const ix = sized(idx, a.S);  // both paths: S slots, S scores per query head of a group
-    float* const sc = sized(scores, a.S * (a.H / a.Hkv));
-    if (path == kAvx2) {
-      attention_items_avx2(a, w0, w1, ix, sc);
-    } else {
-      attention_items_avx512(a, w0, w1, ix, sc);
+  if (path == kAvx2) {
+    at::parallel_for(0, a.T * a.Hkv, 1, [&](int64_t w0, int64_t w1) {
+      thread_local std::vector<int32_t> idx;
+      thread_local std::vector<float> scores;
+      attention_items_avx2(a, w0, w1, sized(idx, a.S), sized(scores, a.S * (a.H / a.Hkv)));
+    });
+    return;
+  }
+  const int64_t rows = rows_per_block(a), blocks = (a.T + rows - 1) / rows;
+  const int64_t heads = std::min(a.H / a.Hkv, kAttnHeads);
+  at::parallel_for(0, a.Hkv * blocks, 1, [&](int64_t w0, int64_t w1) {
+    thread_local std::vector<int32_t> slots;
+    thread_local std::vector<uint64_t> bits;
+    thread_local std::vector<float> floats;
+    const int64_t qd = rows * heads * a.D, sd = (rows * heads * a.S + 15) / 16 * 16;  // 64-byte multiples
+    float* f = sized(floats, 2 * qd + sd + kAttnSlotBlock * a.D + 16);
+    float* const aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(f) + 63) & ~uintptr_t{63});
+    const AttnScratch sc{sized(slots, a.S), sized(bits, rows * (a.S / 64 + 2)), aligned, aligned + 2 * qd,
+                         aligned + qd, aligned + 2 * qd + sd};
+    for (int64_t w = w0; w < w1; ++w) {  // work item w = (KV head g, block b of rows)
+      const int64_t g = w / blocks, t0 = (w % blocks) * rows;
+      attention_block_avx512(a, g, t0, std::min(a.T, t0 + rows), sc);
     }
   });
 }

@@ -7,11 +7,19 @@
 // siblings are interleaved with its ancestors gets the same bits as the same token decoded alone
 // after a contiguous prefix.  With the batch-invariant linears this makes greedy tree
 // verification pick exactly the tokens autoregressive decoding picks.
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+//
+// A block of query rows (tree nodes, which share their prefix) runs together per KV head: the
+// slots any of them attends form one union list, walked in blocks whose K or V rows are read from
+// memory and widened to fp32 once for all the rows; each row then computes over the union slots it
+// attends exactly what it computes alone (a score does not depend on its place in a block of 16,
+// and a row's V sum skips the slots it does not attend), so the block changes no bit.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,bmi2,popcnt")
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "avx512_util.h"
 #include "kernels.h"
@@ -19,7 +27,6 @@
 namespace swiftspec {
 namespace {
 
-constexpr int64_t kMaxHeads = 16;  // query heads per attend_group call
 
 // s[0, n) <- exp(s - max s) in place; returns 1 / sum of those (0 when n == 0).
 float softmax_in_place(float* s, int64_t n) {
@@ -59,117 +66,180 @@ inline __m512 sum16(const float (&v)[16][16]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(y0, y1, 0x88), _mm512_shuffle_f32x4(y0, y1, 0xDD));
 }
 
-// s[h * n + j] = scale * (query h . K row of listed slot j) for the heads of KV head g: each K
-// row is loaded and widened once for all of them; a score is one FMA chain over the CH chunks and
-// a horizontal sum (sum16, over blocks of 16 listed slots).
-template <int CH>
-void key_scores(const AttnArgs& a, const float (*qf)[CH * 16], int64_t group, int64_t g, const int32_t* idx,
-                int64_t n, float* s) {
-  alignas(64) float part[kMaxHeads][16][16];  // per head, 16 slots' lane-wise partial scores
+// sc.kv [jn][D] <- the K or V rows (base) of union slots [j0, j0 + jn) of KV head g, widened to
+// fp32; prefetches the rows kKvPrefetchSlots further on.
+template <int CH, bool BF16>
+void widen_rows(const AttnArgs& a, const void* base, int64_t g, const int32_t* u, int64_t nu, int64_t j0,
+                int64_t jn, float* kv) {
+  for (int64_t jj = 0; jj < jn; ++jj) {
+    const int64_t off = slot_offset(a, u, j0 + jj, g);
+    prefetch_slot_ahead(base, a, u, nu, j0 + jj, g, 0, a.D);
+#pragma GCC unroll 16
+    for (int c = 0; c < CH; ++c) _mm512_store_ps(kv + jj * CH * 16 + c * 16, load16(base, BF16, off + c * 16));
+  }
+}
+
+// Per row r of the block and head h: its scores, scale * (query . K row), over the union slots it
+// attends, in order, at sc.scores [r][h][0, n[r]).  A score is one FMA chain over the CH chunks
+// and a horizontal sum (sum16, over a block of 16 union slots), so it does not depend on the block.
+// ONE (a block of one row): the K rows are read from the cache directly, not widened first.
+template <int CH, bool BF16, bool ONE>
+void key_scores(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64_t nu, const int64_t* n,
+                const AttnScratch& sc) {
+  alignas(64) float part[kAttnHeads][16][16];  // per head, 16 slots' lane-wise partial scores
   const __m512 scale = _mm512_set1_ps(a.scale);
-  for (int64_t j0 = 0; j0 < n; j0 += 16) {
-    const int64_t jn = n - j0 < 16 ? n - j0 : 16;
-    for (int64_t jj = 0; jj < jn; ++jj) {
-      const int64_t j = j0 + jj, off = slot_offset(a, idx, j, g);
-      prefetch_slot_ahead(a.k, a, idx, n, j, g, 0, a.D);
-      __m512 kv[CH];
+  const int64_t words = a.S / 64 + 2, sstride = heads * a.S;
+  int64_t pos[kAttnRowBlock] = {};
+  for (int64_t j0 = 0; j0 < nu; j0 += 16) {
+    const int64_t jn = nu - j0 < 16 ? nu - j0 : 16;
+    if (!ONE) widen_rows<CH, BF16>(a, a.k, g, sc.slots, nu, j0, jn, sc.kv);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint32_t att = static_cast<uint16_t>(sc.bits[r * words + j0 / 64] >> (j0 % 64));
+      if (att == 0) continue;
+      const float* qr = sc.q + r * heads * CH * 16;
+      for (int64_t jj = 0; jj < jn; ++jj) {
+        if (!(att >> jj & 1)) continue;
+        __m512 kv[CH];
+        const int64_t off = slot_offset(a, sc.slots, j0 + jj, g);
+        if (ONE) prefetch_slot_ahead(a.k, a, sc.slots, nu, j0 + jj, g, 0, a.D);
 #pragma GCC unroll 16
-      for (int c = 0; c < CH; ++c) kv[c] = load16(a.k, a.bf16, off + c * 16);
-      for (int64_t h = 0; h < group; ++h) {
-        __m512 acc = _mm512_setzero_ps();
+        for (int c = 0; c < CH; ++c) kv[c] = ONE ? load16(a.k, BF16, off + c * 16) : _mm512_load_ps(sc.kv + jj * CH * 16 + c * 16);
+        for (int64_t h = 0; h < heads; ++h) {
+          __m512 acc = _mm512_setzero_ps();
 #pragma GCC unroll 16
-        for (int c = 0; c < CH; ++c) acc = _mm512_fmadd_ps(_mm512_load_ps(qf[h] + c * 16), kv[c], acc);
-        _mm512_store_ps(part[h][jj], acc);
-      }
-    }
-    const __mmask16 m = tail16(jn);
-    for (int64_t h = 0; h < group; ++h) _mm512_mask_storeu_ps(s + h * n + j0, m, _mm512_mul_ps(sum16(part[h]), scale));
-  }
-}
-
-// out row h = inv[h] * sum over listed slots j, in list order, of p[h * n + j] * V row j.  Blocks of
-// HB heads x CB chunks keep the HB x CB accumulators, HB probabilities and one V vector in the 32
-// vector registers; a 6-head group at D 128 reads V once (two passes over half of each row).
-// Lanes of heads past the group's end accumulate zeros and are never stored.  Each output element
-// is the same FMA chain over the slots whatever the blocks.
-template <int CH>
-void weighted_v(const AttnArgs& a, int64_t group, int64_t g, const int32_t* idx, int64_t n, const float* p,
-                const float* inv, char* out) {
-  constexpr int CB = CH % 4 == 0 ? 4 : CH % 3 == 0 ? 3 : CH % 2 == 0 ? 2 : 1;  // chunks per pass
-  constexpr int HB = 31 / (CB + 1) < kMaxHeads ? 31 / (CB + 1) : kMaxHeads;  // HB x (CB + 1) + 1 <= 32
-  const int64_t esz = a.bf16 ? 2 : 4;
-  for (int64_t h0 = 0; h0 < group; h0 += HB) {
-    const int hb = static_cast<int>(group - h0 < HB ? group - h0 : HB);
-    for (int c0 = 0; c0 < CH; c0 += CB) {
-      __m512 acc[HB][CB];
-#pragma GCC unroll 16
-      for (int h = 0; h < HB; ++h)
-#pragma GCC unroll 16
-        for (int c = 0; c < CB; ++c) acc[h][c] = _mm512_setzero_ps();
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t off = slot_offset(a, idx, j, g) + c0 * 16;
-        prefetch_slot_ahead(a.v, a, idx, n, j, g, c0 * 16, CB * 16);
-        __m512 pj[HB];
-#pragma GCC unroll 16
-        for (int h = 0; h < HB; ++h) pj[h] = _mm512_set1_ps(h < hb ? p[(h0 + h) * n + j] : 0.f);
-#pragma GCC unroll 16
-        for (int c = 0; c < CB; ++c) {
-          const __m512 vv = load16(a.v, a.bf16, off + c * 16);
-#pragma GCC unroll 16
-          for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(pj[h], vv, acc[h][c]);
+          for (int c = 0; c < CH; ++c) acc = _mm512_fmadd_ps(_mm512_load_ps(qr + h * CH * 16 + c * 16), kv[c], acc);
+          _mm512_store_ps(part[h][jj], acc);
         }
       }
-      for (int h = 0; h < hb; ++h) {
-        const __m512 vinv = _mm512_set1_ps(inv[h0 + h]);
-        for (int c = 0; c < CB; ++c) {
-          store16(out + (h0 + h) * a.D * esz, a.bf16, (c0 + c) * 16, _mm512_mul_ps(acc[h][c], vinv));
-        }
+      float* sr = sc.scores + r * sstride;
+      for (int64_t h = 0; h < heads; ++h) {
+        _mm512_mask_compressstoreu_ps(sr + h * n[r] + pos[r], static_cast<__mmask16>(att),
+                                      _mm512_mul_ps(sum16(part[h]), scale));
       }
+      pos[r] += __builtin_popcount(att);
     }
   }
 }
 
-// Query heads of KV head g (qs: `group` <= kMaxHeads rows of q, row stride q_ld_h elements) over
-// the compact slots idx[0, n), for a head dim of CH x 16.  Per head the order is fixed: the scores,
-// then the softmax, then the V sum over slots in list order.  s: group * n floats of scratch.
-template <int CH>
-void attend_group(const AttnArgs& a, const char* qs, int64_t group, int64_t g, const int32_t* idx, int64_t n,
-                  float* s, char* out) {
-  const int64_t esz = a.bf16 ? 2 : 4;
-  alignas(64) float qf[kMaxHeads][CH * 16];  // these heads' queries in fp32
-  for (int64_t h = 0; h < group; ++h) {
-    for (int c = 0; c < CH; ++c) _mm512_store_ps(qf[h] + c * 16, load16(qs + h * a.q_ld_h * esz, a.bf16, c * 16));
+// sc.acc [r][h] = the sum over the union slots row r attends, in order, of its weight (sc.scores
+// [r][h][j]) times the V row.  Passes of HB heads x CB chunks keep their accumulators in registers
+// over a block of widened V rows; each accumulator is the same FMA chain over the row's slots in
+// list order whatever the blocks.  Lanes of heads past `heads` accumulate zeros, never stored.
+// ONE: the V rows are read from the cache directly.
+template <int CH, bool BF16, bool ONE>
+void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64_t nu, const int64_t* n,
+                const AttnScratch& sc) {
+  constexpr int CB = CH % 2 == 0 ? 2 : 1;  // chunks per pass
+  constexpr int HB = 6;                    // heads per pass: HB x (CB + 1) vector registers
+  const int64_t words = a.S / 64 + 2, sstride = heads * a.S, astride = heads * CH * 16;
+  std::fill(sc.acc, sc.acc + rows * astride, 0.f);
+  int64_t pos[kAttnRowBlock] = {};
+  for (int64_t j0 = 0; j0 < nu; j0 += kAttnSlotBlock) {
+    const int64_t jn = nu - j0 < kAttnSlotBlock ? nu - j0 : kAttnSlotBlock;
+    if (!ONE) widen_rows<CH, BF16>(a, a.v, g, sc.slots, nu, j0, jn, sc.kv);
+    static_assert(kAttnSlotBlock == 32, "a block's bits: 32 of one word");
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint32_t att = static_cast<uint32_t>(sc.bits[r * words + j0 / 64] >> (j0 % 64));
+      if (att == 0) continue;
+      const float* pr = sc.scores + r * sstride;
+      for (int64_t h0 = 0; h0 < heads; h0 += HB) {
+        const int hb = static_cast<int>(heads - h0 < HB ? heads - h0 : HB);
+        for (int c0 = 0; c0 < CH; c0 += CB) {
+          float* ar = sc.acc + r * astride + h0 * CH * 16 + c0 * 16;
+          __m512 acc[HB][CB];
+#pragma GCC unroll 16
+          for (int h = 0; h < HB; ++h)
+#pragma GCC unroll 16
+            for (int c = 0; c < CB; ++c) acc[h][c] = h < hb ? _mm512_load_ps(ar + h * CH * 16 + c * 16) : _mm512_setzero_ps();
+          int64_t j = pos[r];
+          for (int64_t jj = 0; jj < jn; ++jj) {
+            if (!(att >> jj & 1)) continue;
+            const int64_t off = slot_offset(a, sc.slots, j0 + jj, g) + c0 * 16;
+            if (ONE && c0 == 0) prefetch_slot_ahead(a.v, a, sc.slots, nu, j0 + jj, g, 0, a.D);
+            __m512 pj[HB];
+#pragma GCC unroll 16
+            for (int h = 0; h < HB; ++h) pj[h] = _mm512_set1_ps(h < hb ? pr[(h0 + h) * n[r] + j] : 0.f);
+#pragma GCC unroll 16
+            for (int c = 0; c < CB; ++c) {
+              const __m512 vv = ONE ? load16(a.v, BF16, off + c * 16) : _mm512_load_ps(sc.kv + jj * CH * 16 + (c0 + c) * 16);
+#pragma GCC unroll 16
+              for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(pj[h], vv, acc[h][c]);
+            }
+            ++j;
+          }
+          for (int h = 0; h < hb; ++h)
+            for (int c = 0; c < CB; ++c) _mm512_store_ps(ar + h * CH * 16 + c * 16, acc[h][c]);
+        }
+      }
+      pos[r] += __builtin_popcount(att);
+    }
   }
-  key_scores<CH>(a, qf, group, g, idx, n, s);
-  float inv[kMaxHeads];
-  for (int64_t h = 0; h < group; ++h) inv[h] = softmax_in_place(s + h * n, n);
-  weighted_v<CH>(a, group, g, idx, n, s, inv, out);
 }
 
-using GroupFn = void (*)(const AttnArgs&, const char*, int64_t, int64_t, const int32_t*, int64_t, float*, char*);
-static_assert(kMaxHeadDim == 256, "one attend_group per head dim 16, 32, ..., 256");
-constexpr GroupFn kByChunks[] = {attend_group<1>,  attend_group<2>,  attend_group<3>,  attend_group<4>,
-                                 attend_group<5>,  attend_group<6>,  attend_group<7>,  attend_group<8>,
-                                 attend_group<9>,  attend_group<10>, attend_group<11>, attend_group<12>,
-                                 attend_group<13>, attend_group<14>, attend_group<15>, attend_group<16>};
+// Heads [h0, h0 + heads) of KV head g for the block's rows [t0, t0 + rows) over the union list
+// (nu slots, n[r] of them attended by row r): the scores, each row's softmax, the V sums, out.
+template <int CH, bool BF16, bool ONE>
+void attend_heads(const AttnArgs& a, int64_t t0, int64_t rows, int64_t h0, int64_t heads, int64_t g, int64_t nu,
+                  const int64_t* n, const AttnScratch& sc) {
+  constexpr int64_t esz = BF16 ? 2 : 4, D = CH * 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* qs = static_cast<const char*>(a.q) + ((t0 + r) * a.q_ld_t + h0 * a.q_ld_h) * esz;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int c = 0; c < CH; ++c)
+        _mm512_store_ps(sc.q + (r * heads + h) * D + c * 16, load16(qs + h * a.q_ld_h * esz, BF16, c * 16));
+  }
+  key_scores<CH, BF16, ONE>(a, rows, heads, g, nu, n, sc);
+  float inv[kAttnRowBlock][kAttnHeads];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) inv[r][h] = softmax_in_place(sc.scores + r * heads * a.S + h * n[r], n[r]);
+  weighted_v<CH, BF16, ONE>(a, rows, heads, g, nu, n, sc);
+  for (int64_t r = 0; r < rows; ++r) {
+    char* out = static_cast<char*>(a.out) + ((t0 + r) * a.H + h0) * D * esz;
+    for (int64_t h = 0; h < heads; ++h) {
+      const __m512 vinv = _mm512_set1_ps(inv[r][h]);
+      for (int c = 0; c < CH; ++c)
+        store16(out + h * D * esz, BF16, c * 16, _mm512_mul_ps(_mm512_load_ps(sc.acc + (r * heads + h) * D + c * 16), vinv));
+    }
+  }
+}
+
+using HeadsFn = void (*)(const AttnArgs&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                         const AttnScratch&);
+static_assert(kMaxHeadDim == 256, "one attend_heads per head dim 16, 32, ..., 256 and dtype");
+template <bool BF16, bool ONE, int... I>
+constexpr std::array<HeadsFn, sizeof...(I)> by_chunks(std::integer_sequence<int, I...>) {
+  return {attend_heads<I + 1, BF16, ONE>...};
+}
+constexpr auto kChunks = std::make_integer_sequence<int, 16>();
+constexpr std::array<HeadsFn, 16> kByChunks[2][2] = {{by_chunks<false, false>(kChunks), by_chunks<false, true>(kChunks)},
+                                                      {by_chunks<true, false>(kChunks), by_chunks<true, true>(kChunks)}};  // [bf16][one row]
 
 }  // namespace
 
-void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores) {
-  const int64_t group = a.H / a.Hkv, esz = a.bf16 ? 2 : 4;
-  const GroupFn attend = kByChunks[a.D / 16 - 1];
-  for (int64_t w = w0; w < w1; ++w) {  // work item w = (row t, KV head g)
-    const int64_t t = w / a.Hkv, g = w % a.Hkv;
-    const bool* mrow = a.mask + t * a.mask_ld;
-    int64_t n = 0;
-    for (int64_t s = 0; s < a.S; ++s) {
-      if (mrow[s]) idx[n++] = static_cast<int32_t>(s);
+void attention_block_avx512(const AttnArgs& a, int64_t g, int64_t t0, int64_t t1, const AttnScratch& sc) {
+  const int64_t rows = t1 - t0, group = a.H / a.Hkv, words = a.S / 64 + 2;
+  std::fill(sc.bits, sc.bits + rows * words, uint64_t{0});
+  int64_t n[kAttnRowBlock] = {}, nu = 0;
+  for (int64_t s0 = 0; s0 < a.S; s0 += 64) {  // the union list, and which of its slots each row attends
+    const __mmask64 tail = a.S - s0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (a.S - s0)) - 1;
+    uint64_t m[kAttnRowBlock], any = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m512i b = _mm512_maskz_loadu_epi8(tail, a.mask + (t0 + r) * a.mask_ld + s0);
+      any |= m[r] = _mm512_test_epi8_mask(b, b);
     }
-    for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += kMaxHeads) {
-      const int64_t heads = std::min(kMaxHeads, (g + 1) * group - h0);
-      const char* qs = static_cast<const char*>(a.q) + (t * a.q_ld_t + h0 * a.q_ld_h) * esz;
-      attend(a, qs, heads, g, idx, n, scores, static_cast<char*>(a.out) + (t * a.H + h0) * a.D * esz);
+    if (any == 0) continue;
+    const int64_t k = __builtin_popcountll(any), w = nu / 64, off = nu % 64;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint64_t x = _pext_u64(m[r], any);
+      sc.bits[r * words + w] |= x << off;
+      if (off != 0 && off + k > 64) sc.bits[r * words + w + 1] |= x >> (64 - off);
+      n[r] += __builtin_popcountll(m[r]);
     }
+    for (uint64_t left = any; left != 0; left &= left - 1) sc.slots[nu++] = static_cast<int32_t>(s0 + __builtin_ctzll(left));
+  }
+  const HeadsFn attend = kByChunks[a.bf16][rows == 1][a.D / 16 - 1];
+  for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += kAttnHeads) {
+    attend(a, t0, rows, h0, std::min(kAttnHeads, (g + 1) * group - h0), g, nu, n, sc);
   }
 }
 

@@ -118,9 +118,23 @@ void bf16_prefill_cols_avx2(const Bf16Gemm& g, const float* a, float* scratch, i
 
 // Masked attention (attention_avx512.cpp): q [T, H, D] (rotated), k, v [S_max, Hkv, D] (cache
 // layer), mask [T, S] bool -> out [T, H, D] contiguous; all bf16 or all fp32; D % 16 == 0 and
-// D <= kMaxHeadDim.  attention_items_avx512 runs work items [w0, w1) of T * Hkv (row t, KV head
-// g = w % Hkv) with caller scratch idx (S int32) and scores (S * H / Hkv floats).
+// D <= kMaxHeadDim.  attention_block_avx512 runs query rows [t0, t1) (at most kAttnRowBlock) of
+// KV head g together, so that each K and V row the block attends is read from memory once;
+// attention_items_avx2 runs work items [w0, w1) of T * Hkv (row t, KV head g = w % Hkv) with
+// caller scratch idx (S int32) and scores (S * H / Hkv floats).
 constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kAttnRowBlock = 8;   // query rows per AVX-512 block
+constexpr int64_t kAttnHeads = 16;     // query heads of a KV head one AVX-512 pass takes
+constexpr int64_t kAttnSlotBlock = 32; // K or V rows widened at once (AVX-512)
+// Caller scratch of attention_block_avx512, for rows = t1 - t0 and heads = min(H / Hkv, kAttnHeads).
+struct AttnScratch {
+  int32_t* slots;  // [S]: the slots some row of the block attends, in slot order (the union list)
+  uint64_t* bits;  // [rows][S / 64 + 2]: bit j of the row's words: the row attends union slot j
+  float* q;        // [rows][heads][D]: the queries in fp32
+  float* scores;   // [rows][heads][S]: per row and head, its attended slots' scores, then weights
+  float* acc;      // [rows][heads][D]: the weighted V sums
+  float* kv;       // [kAttnSlotBlock][D]: a block of K or V rows widened to fp32
+};
 struct AttnArgs {
   const void* q;
   int64_t q_ld_t, q_ld_h;  // element strides of q over tokens and heads
@@ -141,7 +155,7 @@ inline int64_t slot_offset(const AttnArgs& a, const int32_t* idx, int64_t j, int
 // Slots ahead of the one being read whose K (score loop) or V row (sum loop) each attention path
 // prefetches: a head's row sits kv_ld_s elements (512 bytes for 2 KV heads of 128 bf16) from the
 // next slot's, and a 1-row decode at 3k contiguous slots spent most of its time waiting on them.
-constexpr int64_t kKvPrefetchSlots = 16;
+constexpr int64_t kKvPrefetchSlots = 64;
 // Prefetches into L1 the `len` elements from column `col` of KV head g's row in compact slot
 // j + kKvPrefetchSlots of the K or V cache layer `base`, where that slot is one of the n.
 inline void prefetch_slot_ahead(const void* base, const AttnArgs& a, const int32_t* idx, int64_t n, int64_t j,
@@ -149,7 +163,7 @@ inline void prefetch_slot_ahead(const void* base, const AttnArgs& a, const int32
   if (j + kKvPrefetchSlots >= n) return;
   const int64_t esz = a.bf16 ? 2 : 4;
   const char* p = static_cast<const char*>(base) + (slot_offset(a, idx, j + kKvPrefetchSlots, g) + col) * esz;
-  for (int64_t b = 0; b < len * esz; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+  for (int64_t b = 0; b < len * esz; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
 }
 // Row-wise ops (rowwise_avx512.cpp) on rows [r0, r1) of x [rows, ld] -> out [rows, ldo], bf16 or
 // fp32 (esz bytes per element).  rms_norm: cols = hidden size, weight [cols] in the same dtype.
@@ -203,8 +217,8 @@ struct RopeArgs {
 };
 void rope_store_rows_avx512(const RopeArgs& a, int64_t t0, int64_t t1);
 
-void attention_items_avx512(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
-// The AVX2 twins (attention_avx2.cpp, rowwise_avx2.cpp): same contracts and scratch, own bits.
+void attention_block_avx512(const AttnArgs& a, int64_t g, int64_t t0, int64_t t1, const AttnScratch& sc);
+// The AVX2 twins (attention_avx2.cpp, rowwise_avx2.cpp): same results per row, own bits.
 void attention_items_avx2(const AttnArgs& a, int64_t w0, int64_t w1, int32_t* idx, float* scores);
 void rms_norm_rows_avx2(const RowArgs& a, const void* weight, float eps, int64_t r0, int64_t r1);
 void silu_mul_rows_avx2(const RowArgs& a, int64_t r0, int64_t r1);
