@@ -112,9 +112,10 @@ void key_scores(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
         }
       }
       float* sr = sc.scores + r * sstride;
+      const __mmask16 kept = tail16(__builtin_popcount(att));  // compressed in a register: a compressing store is slow on Zen 4
       for (int64_t h = 0; h < heads; ++h) {
-        _mm512_mask_compressstoreu_ps(sr + h * n[r] + pos[r], static_cast<__mmask16>(att),
-                                      _mm512_mul_ps(sum16(part[h]), scale));
+        _mm512_mask_storeu_ps(sr + h * n[r] + pos[r], kept,
+                              _mm512_maskz_compress_ps(static_cast<__mmask16>(att), _mm512_mul_ps(sum16(part[h]), scale)));
       }
       pos[r] += __builtin_popcount(att);
     }
@@ -123,8 +124,9 @@ void key_scores(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
 
 // sc.acc [r][h] = the sum over the union slots row r attends, in order, of its weight (sc.scores
 // [r][h][j]) times the V row.  Passes of HB heads x CB chunks keep their accumulators in registers
-// over a block of widened V rows; each accumulator is the same FMA chain over the row's slots in
-// list order whatever the blocks.  Lanes of heads past `heads` accumulate zeros, never stored.
+// over a block of widened V rows, the row's weights of the block laid out by slot (w); each
+// accumulator is the same FMA chain over the row's slots in list order whatever the blocks.
+// Lanes of heads past `heads` accumulate zeros, never stored.
 // ONE: the V rows are read from the cache directly.
 template <int CH, bool BF16, bool ONE>
 void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64_t nu, const int64_t* n,
@@ -133,6 +135,7 @@ void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
   constexpr int HB = 6;                    // heads per pass: HB x (CB + 1) vector registers
   const int64_t words = a.S / 64 + 2, sstride = heads * a.S, astride = heads * CH * 16;
   std::fill(sc.acc, sc.acc + rows * astride, 0.f);
+  alignas(64) float w[kAttnSlotBlock][kAttnHeads + HB] = {};  // [slot][head] weights; 0 past `heads`
   int64_t pos[kAttnRowBlock] = {};
   for (int64_t j0 = 0; j0 < nu; j0 += kAttnSlotBlock) {
     const int64_t jn = nu - j0 < kAttnSlotBlock ? nu - j0 : kAttnSlotBlock;
@@ -142,6 +145,12 @@ void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
       const uint32_t att = static_cast<uint32_t>(sc.bits[r * words + j0 / 64] >> (j0 % 64));
       if (att == 0) continue;
       const float* pr = sc.scores + r * sstride;
+      for (int64_t jj = 0, j = pos[r]; jj < jn; ++jj) {  // the row's weights of the slots it attends, by slot
+        if (att >> jj & 1) {
+          for (int64_t h = 0; h < heads; ++h) w[jj][h] = pr[h * n[r] + j];
+          ++j;
+        }
+      }
       for (int64_t h0 = 0; h0 < heads; h0 += HB) {
         const int hb = static_cast<int>(heads - h0 < HB ? heads - h0 : HB);
         for (int c0 = 0; c0 < CH; c0 += CB) {
@@ -151,21 +160,19 @@ void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
           for (int h = 0; h < HB; ++h)
 #pragma GCC unroll 16
             for (int c = 0; c < CB; ++c) acc[h][c] = h < hb ? _mm512_load_ps(ar + h * CH * 16 + c * 16) : _mm512_setzero_ps();
-          int64_t j = pos[r];
           for (int64_t jj = 0; jj < jn; ++jj) {
             if (!(att >> jj & 1)) continue;
             const int64_t off = slot_offset(a, sc.slots, j0 + jj, g) + c0 * 16;
             if (ONE && c0 == 0) prefetch_slot_ahead(a.v, a, sc.slots, nu, j0 + jj, g, 0, a.D);
             __m512 pj[HB];
 #pragma GCC unroll 16
-            for (int h = 0; h < HB; ++h) pj[h] = _mm512_set1_ps(h < hb ? pr[(h0 + h) * n[r] + j] : 0.f);
+            for (int h = 0; h < HB; ++h) pj[h] = _mm512_set1_ps(w[jj][h0 + h]);
 #pragma GCC unroll 16
             for (int c = 0; c < CB; ++c) {
               const __m512 vv = ONE ? load16(a.v, BF16, off + c * 16) : _mm512_load_ps(sc.kv + jj * CH * 16 + (c0 + c) * 16);
 #pragma GCC unroll 16
               for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(pj[h], vv, acc[h][c]);
             }
-            ++j;
           }
           for (int h = 0; h < hb; ++h)
             for (int c = 0; c < CB; ++c) _mm512_store_ps(ar + h * CH * 16 + c * 16, acc[h][c]);
