@@ -21,11 +21,11 @@ from swiftspec.cache.prompt_store import PromptStore
 from swiftspec.config import EngineConfig
 from swiftspec.distributed.protocol import DistTransport, GroupBroadcast, Shutdown
 from swiftspec.distributed.supervisor import LOAD_S, POLL_S, Watchdog, WorkerPool
-from swiftspec.distributed.workers import backend, load_for_rank, torchrun_init, worker_entry
+from swiftspec.distributed.workers import backend, rank_load, torchrun_init, worker_entry
 from swiftspec.errors import EngineFault, LinkError
 from swiftspec.parallel.groups import Layout, all_ready, init_groups, joined, leave_groups, meeting_point
 from swiftspec.parallel.rendezvous import Joined
-from swiftspec.runner.load import prompt_store
+from swiftspec.runner.load import load_target, prompt_store
 from swiftspec.speculate import TreeVerifier
 from swiftspec.weights.loaded_model import LoadedModel
 
@@ -78,7 +78,8 @@ class WorkerGroup:
         groups = init_groups(self.layout, 0, backend(self.config), rendezvous, self.load_s)
         if self.target is None or self.layout.target_tp > 1:
             self.target = self.verifier = None  # free the old shard first
-            self.target = load_for_rank(self.config.target, self.config.target_load, groups)
+            load = rank_load(self.config.target_load, groups)
+            self.target = load_target(self.config.target, load, groups.parallel)
         if self.verifier is None:
             self.verifier = TreeVerifier(self.target.model, self.config.target_load.max_seq_len,
                                          self.config.tree.verify_size, self.store)

@@ -32,11 +32,10 @@ from swiftspec.errors import UserError
 from swiftspec.parallel.cores import Lane, pin, plan_cores
 from swiftspec.parallel.groups import Groups, Layout, all_ready, init_groups, join
 from swiftspec.runner.load import load_target
-from swiftspec.speculate import LookupDrafter, TreeDrafter, TreeVerifier, build_drafter, load_drafter
+from swiftspec.speculate import LookupDrafter, TreeDrafter, TreeVerifier, load_drafter
 from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
 from swiftspec.trace import Timeline
 from swiftspec.tree import mask_from_parents
-from swiftspec.weights.loader import load_model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,15 +180,13 @@ def torchrun_init(config: EngineConfig, layout: Layout) -> str | None:
     return "env://"
 
 
-def load_for_rank(source: str, load: LoadConfig, groups: Groups):
-    """Load this rank's shard of the model, on its own GPU when on CUDA."""
-    if load.device.startswith("cuda"):
-        device = f"cuda:{groups.rank % torch.cuda.device_count()}"
-        torch.cuda.set_device(device)
-        load = dataclasses.replace(load, device=device)
-    if groups.role == "target":
-        return load_target(source, load, groups.parallel)
-    return load_model(source, load, groups.parallel)
+def rank_load(load: LoadConfig, groups: Groups) -> LoadConfig:
+    """load on this rank's own GPU when on CUDA (made the current device), else as it is."""
+    if not load.device.startswith("cuda"):
+        return load
+    device = f"cuda:{groups.rank % torch.cuda.device_count()}"
+    torch.cuda.set_device(device)
+    return dataclasses.replace(load, device=device)
 
 
 def worker_entry(rank: int, config: EngineConfig, layout: Layout, port: int, parent_pid: int) -> None:
@@ -219,7 +216,7 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
         draft_loop(drafter, io, settings)
         prefill.close()
     else:
-        target = load_for_rank(config.target, config.target_load, groups)
+        target = load_target(config.target, rank_load(config.target_load, groups), groups.parallel)
         verifier = TreeVerifier(target.model, config.target_load.max_seq_len, config.tree.verify_size)
         all_ready()
         target_follower_loop(verifier, io)
@@ -227,15 +224,12 @@ def run_worker(config: EngineConfig, layout: Layout, rank: int, rendezvous: str 
 
 
 def _make_drafter(config: EngineConfig, groups: Groups):
-    """The draft group's drafter: over the draft model, or prompt lookup alone (--draft-model none)."""
+    """The draft group's drafter: over this rank's draft (load_drafter: a packed CPU draft comes from
+    its cache entry), or prompt lookup alone (--draft-model none)."""
     if config.draft == NO_DRAFT:
         return LookupDrafter(config.tree)
-    if not config.draft_load.device.startswith("cuda"):  # a packed CPU draft comes from its cache entry
-        return load_drafter(config.draft, config.draft_load, config.tree, config.target_load.max_seq_len,
-                            config.draft_vocab, groups.parallel).drafter
-    draft = load_for_rank(config.draft, config.draft_load, groups)
-    return build_drafter(draft, config.tree, config.target_load.max_seq_len, config.draft_vocab,
-                         config.draft_load.weights)
+    return load_drafter(config.draft, rank_load(config.draft_load, groups), config.tree,
+                        config.target_load.max_seq_len, config.draft_vocab, groups.parallel).drafter
 
 
 def _die_with_parent(parent_pid: int) -> None:
