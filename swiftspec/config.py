@@ -43,13 +43,16 @@ class TreeConfig:
     # prompt tokens the draft model reads (its first SINK_TOKENS and the last ones; 0 = all): on a long
     # prompt the draft's own prefill would cost more decode time than its better guesses save
     draft_context: int = 256
+    # serial rounds: a request whose drafting rounds emit fewer tokens per second than plain decoding
+    # decodes plainly for a while, then drafts again (speculate/fallback.py); auto turns it on
+    fallback: bool = False
 
     def __post_init__(self) -> None:
         for name in ("width", "verify_size", "topk", "budget", "chain_length", "lookup_tokens",
                      "lookup_branches", "lookup_ngram"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"tree setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("adaptive", "adaptive_verify", "lookup", "lookup_earlier"):
+        for name in ("adaptive", "adaptive_verify", "lookup", "lookup_earlier", "fallback"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"tree setting {name} must be True or False, got {getattr(self, name)!r}")
         if self.depth < 0:

@@ -28,6 +28,8 @@ _TREE_HELP = {
     "lookup_earlier": "prompt lookup also reads the last request's text that this prompt does not repeat "
                       "(an editor's last suggestion)",
     "draft_context": "prompt tokens the draft model reads: the first few and the last ones (0 = the whole prompt)",
+    "fallback": "serial tree/chain: a request whose drafting rounds emit fewer tokens per second than plain "
+                "decoding decodes plainly for a while, then drafts again (auto: always on)",
 }
 SPECULATIVE = ("chain", "tree", "async")
 # The modes that use each flag.  Under --mode auto a given flag narrows the candidates to these
@@ -42,6 +44,7 @@ FLAG_MODES: dict[str, tuple[str, ...]] = {
     "target_tp": ("async",), "draft_tp": ("async",), "draft_cores": ("async",),
     "lookup": ("tree", "async"), "lookup_tokens": ("tree", "async"), "lookup_branches": ("tree", "async"),
     "lookup_ngram": ("tree", "async"), "lookup_earlier": ("tree", "async"), "draft_context": SPECULATIVE,
+    "fallback": ("chain", "tree"),
 }
 
 
@@ -128,6 +131,9 @@ def engine_config_from_args(args: argparse.Namespace, mode: str | None = None) -
     chosen = mode or ("async" if remote is not None and args.mode == AUTO else args.mode)
     if mode is None and chosen != AUTO:
         check_flags(args, chosen)
+    if chosen == AUTO and getattr(args, "fallback", None) is False:
+        raise ConfigError("--no-fallback: auto always decodes plainly where drafting does not pay; "
+                          "--mode tree or chain drafts every round")
     defaults = EngineConfig()
     target_load = LoadConfig(device=args.device or AUTO, dtype=args.dtype, max_seq_len=args.max_seq_len,
                              weights=args.weights)

@@ -33,6 +33,7 @@ class GenerationStats:
     draft_s: float = 0.0  # time spent in draft forwards (serial modes)
     verify_s: float = 0.0  # time spent in target forwards + verification
     accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per target forward
+    plain_rounds: int = 0  # rounds that drafted nothing and verified the root alone (TreeConfig.fallback)
     spans: dict = field(default_factory=dict)  # async: both groups' busy time per span (trace.summarize)
 
     @property

@@ -17,6 +17,7 @@ from swiftspec.engines.startup import StartupProfile, Warmup, serial_profile
 from swiftspec.sampling import Draws, SamplingParams, pick_tokens, with_seed
 from swiftspec.speculate import TreeDrafter, TreeVerifier
 from swiftspec.speculate.costs import RoundCosts, RoundTimes, promised
+from swiftspec.speculate.fallback import Fallback
 from swiftspec.trace import Timeline, TraceFile, request_trace
 from swiftspec.weights.loaded_model import LoadedModel
 
@@ -82,6 +83,7 @@ class SerialEngine:
              costs: RoundCosts) -> Rounds:
         """The request's rounds at d = depth; each round reads and updates `costs`."""
         timelines = target_tl, draft_tl = Timeline(), Timeline()  # this request's spans
+        fallback = Fallback() if self.cfg.fallback else None  # whether each round drafts
         params = with_seed(params)  # the target's and the draft's draws (sampling.Draws)
         draws = Draws.for_request(params)
         try:
@@ -98,7 +100,7 @@ class SerialEngine:
             with draft_tl.span("prefill"):
                 self.drafter.start(prompt, first[0], params)
             while not req.done:
-                out = req.emit(self.step(params, draws, req.stats, depth, costs, timelines))
+                out = req.emit(self.step(params, draws, req.stats, depth, costs, timelines, fallback))
                 if out:
                     yield out
         finally:
@@ -106,18 +108,21 @@ class SerialEngine:
                 self.trace.add(request_trace(target_tl, draft_tl))
 
     def step(self, params: SamplingParams, draws: Draws, stats: GenerationStats, depth: int,
-             costs: RoundCosts, timelines: tuple[Timeline, Timeline]) -> list[int]:
+             costs: RoundCosts, timelines: tuple[Timeline, Timeline], fallback: Fallback | None = None) -> list[int]:
         """One round: draft, select, verify, commit, re-root; returns the emitted tokens (accepted +
-        bonus).  The clock times each named step for the timelines, the costs and the stats."""
+        bonus).  The clock times each named step for the timelines, the costs and the stats.
+        Where `fallback` says so, the round drafts nothing and verifies the root alone (plain decoding)."""
         clock = RoundClock()
+        drafting = fallback is None or fallback.drafts()
+        depth, size = (depth, self.cfg.verify_size) if drafting else (0, 1)
         adapt = self.cfg.adaptive and params.greedy  # rounds shaped by measured costs (never the tokens)
         floor = costs.min_weight() if adapt else self._fixed_floor(params)
         with clock("expand"):
-            expansions = self.drafter.draft(depth, focus=self.cfg.verify_size, min_weight=floor)  # <= d forwards
+            expansions = self.drafter.draft(depth, focus=size, min_weight=floor)  # <= d forwards
         with clock("select"):
             verify_costs = costs.verify_costs() if adapt else None  # verify only the nodes that repay it
-            sub = self.drafter.subtree(self._verify_size(floor), verify_costs, clock.elapsed() + costs.other_s,
-                                       costs.trust())
+            sub = self.drafter.subtree(min(size, self._verify_size(floor)), verify_costs,
+                                       clock.elapsed() + costs.other_s, costs.trust())
         with clock("forward"):
             logits = self.target.forward_tree(sub.tokens, sub.depths, sub.mask)  # [n <= bs, V]
         with clock("verify"):
@@ -128,6 +133,10 @@ class SerialEngine:
         with clock("reroot"):
             self.drafter.advance(emitted)  # re-root, commit the path, compact the survivors
         clock.record(timelines, costs, stats, Outcome(expansions, sub.tokens.shape[0], len(emitted), promise))
+        if fallback is not None:
+            plain = costs.verify_costs()
+            fallback.record(drafting, clock.elapsed(), len(emitted), 0.0 if plain is None else float(plain[0]))
+            stats.plain_rounds += not drafting
         return emitted
 
     def _fixed_floor(self, params: SamplingParams) -> float:

@@ -37,6 +37,8 @@ class ServerMetrics:
                                     buckets=_ACCEPT_BUCKETS, registry=reg)
         self.draft = Counter("swiftspec_draft_seconds", "Time in draft forwards", registry=reg)
         self.verify = Counter("swiftspec_verify_seconds", "Time in target forwards and verification", registry=reg)
+        self.plain = Counter("swiftspec_plain_rounds", "Target forwards of a speculative engine that drafted "
+                             "nothing (auto's fallback where drafting did not pay)", registry=reg)
         self.queue = Gauge("swiftspec_queue_depth", "Requests waiting for the engine", registry=reg)
         self.restarts = Counter("swiftspec_worker_restarts", "Restarts of the engine's workers after a fault",
                                 registry=reg)
@@ -85,6 +87,7 @@ class ServerMetrics:
             self.acceptance.observe(accepted)
         self.draft.inc(end.stats.draft_s)
         self.verify.inc(end.stats.verify_s)
+        self.plain.inc(end.stats.plain_rounds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

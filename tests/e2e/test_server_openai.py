@@ -99,7 +99,7 @@ def test_metrics_after_requests(client: openai.OpenAI, server: LiveServer) -> No
     text = httpx.get(server.url + "/metrics").text
     for name in ("swiftspec_time_to_first_token_seconds_count", "swiftspec_time_per_output_token_seconds_count",
                  "swiftspec_acceptance_length_count", "swiftspec_draft_seconds_total",
-                 "swiftspec_verify_seconds_total", "swiftspec_queue_depth"):
+                 "swiftspec_verify_seconds_total", "swiftspec_plain_rounds_total", "swiftspec_queue_depth"):
         assert name in text
     assert 'swiftspec_requests_total{endpoint="/v1/completions",status="200"}' in text
     assert 'swiftspec_tokens_total{kind="completion"}' in text

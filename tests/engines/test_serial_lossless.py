@@ -3,6 +3,7 @@ against ar, and ar's sampling keeps p."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -17,6 +18,7 @@ from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import LookupDrafter, TreeDrafter
 from swiftspec.speculate.costs import RoundCosts, RoundTimes
 from swiftspec.speculate.drafter import context_window
+from swiftspec.speculate.fallback import Fallback
 from swiftspec.weights.loader import load_model
 
 LOOPING_PROMPT = [11, 42, 7, 11, 42, 7, 11, 42, 7, 11]  # prompt lookup finds continuations in it
@@ -224,3 +226,20 @@ def test_same_seed_same_output(sharp_pair_dirs) -> None:
     first = generate_all(engine, LOOPING_PROMPT, params, 20)
     generate_all(engine, LOOPING_PROMPT, SamplingParams(), 20)  # a greedy request teaches the rates
     assert generate_all(engine, LOOPING_PROMPT, params, 20) == first
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), seeded(1)], ids=["greedy", "sampled"])
+def test_plain_rounds_of_the_fallback_give_ars_tokens(sharp_models, monkeypatch, params) -> None:
+    """With TreeConfig.fallback, rounds that draft nothing (the root alone, the draft queueing the
+    tokens for its next forward) between drafting rounds: ar's tokens, the plain rounds counted."""
+    target, draft, _ = sharp_models
+    turns = itertools.cycle([True, True, False, False, False])  # stretches of plain rounds in between
+    monkeypatch.setattr(Fallback, "drafts", lambda self: next(turns))
+    cfg = TreeConfig(depth=2, budget=96, fallback=True)
+    engine = SerialEngine(target, TreeDrafter(draft.model, cfg, 256), cfg, 256)
+    generation = engine.generate(LOOPING_PROMPT, params, 40)
+    tokens = [t for chunk in generation for t in chunk]
+    assert tokens == generate_all(AutoregressiveEngine(target, 256), LOOPING_PROMPT, params, 40)
+    stats = generation.stats
+    assert stats.plain_rounds >= 5 and stats.rounds - stats.plain_rounds >= 3
+    assert max(stats.accept_lengths) > 1  # the drafting rounds still accept draft tokens

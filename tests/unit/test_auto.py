@@ -74,6 +74,7 @@ def _decide(profile: PairProfile, config: EngineConfig = EngineConfig()) -> Deci
 def test_a_good_draft_picks_speculation_and_a_bad_one_ar() -> None:
     good = _decide(_profile(accept=1))
     assert good.choice.mode in ("tree", "chain") and good.speedup(good.choice) > 2
+    assert good.config.tree.fallback  # and each request drafts only while drafting pays
     bad = _decide(_profile(accept=0))
     assert bad.choice.mode == "ar"
     assert bad.line().startswith("auto: ar: fastest here; ")
@@ -119,11 +120,19 @@ def test_flags_narrow_auto() -> None:
 
 
 @pytest.mark.parametrize("argv", [("--mode", "ar", "--draft-model", "d"), ("--mode", "tree", "--chain-length", "3"),
-                                  ("--mode", "chain", "--target-tp", "2"), ("--mode", "async", "--no-adaptive")])
+                                  ("--mode", "chain", "--target-tp", "2"), ("--mode", "async", "--no-adaptive"),
+                                  ("--mode", "async", "--fallback")])
 def test_an_explicit_mode_refuses_flags_it_would_ignore(argv) -> None:
     with pytest.raises(ConfigError) as err:
         engine_config_from_args(_args(*argv))
     assert "would ignore it" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fallback_is_a_serial_switch_that_auto_always_sets() -> None:
+    assert engine_config_from_args(_args("--mode", "tree", "--fallback")).tree.fallback is True
+    assert engine_config_from_args(_args("--fallback")).auto.modes == ("chain", "tree")  # it narrows auto
+    with pytest.raises(ConfigError, match="auto always decodes plainly"):
+        engine_config_from_args(_args("--no-fallback"))
 
 
 def test_switches_are_booleans() -> None:

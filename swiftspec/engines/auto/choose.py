@@ -171,7 +171,8 @@ def choose(profile: PairProfile, config: EngineConfig, cached: bool, cal: Calibr
             best[p.mode] = p
     choice = max(best.values(), key=lambda p: p.tokens_per_s)
     weights = choice.draft_weights or config.draft_load.weights
-    chosen = dataclasses.replace(config, mode=choice.mode,
+    serial = choice.mode in ("tree", "chain")  # a request its drafting slows decodes plainly (speculate/fallback.py)
+    chosen = dataclasses.replace(config, mode=choice.mode, tree=dataclasses.replace(config.tree, fallback=serial),
                                  draft_load=dataclasses.replace(config.draft_load, weights=weights))
     own = None
     if "async" in best:
