@@ -37,7 +37,7 @@ void run_attention(const AttnArgs& a, int64_t level) {
     const int64_t qd = rows * heads * a.D, sd = (rows * heads * a.S + 15) / 16 * 16;  // 64-byte multiples
     float* f = sized(floats, 2 * qd + sd + kAttnSlotBlock * a.D + 16);
     float* const aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(f) + 63) & ~uintptr_t{63});
-    const AttnScratch sc{sized(slots, a.S), sized(bits, rows * (a.S / 64 + 2)), aligned, aligned + 2 * qd,
+    const AttnScratch sc{sized(slots, a.S), sized(bits, rows * attn_bit_words(a.S)), aligned, aligned + 2 * qd,
                          aligned + qd, aligned + 2 * qd + sd};
     for (int64_t w = w0; w < w1; ++w) {  // work item w = (KV head g, block b of rows)
       const int64_t g = w / blocks, t0 = (w % blocks) * rows;

@@ -88,7 +88,7 @@ void key_scores(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
                 const AttnScratch& sc) {
   alignas(64) float part[kAttnHeads][16][16];  // per head, 16 slots' lane-wise partial scores
   const __m512 scale = _mm512_set1_ps(a.scale);
-  const int64_t words = a.S / 64 + 2, sstride = heads * a.S;
+  const int64_t words = attn_bit_words(a.S), sstride = heads * a.S;
   int64_t pos[kAttnRowBlock] = {};
   for (int64_t j0 = 0; j0 < nu; j0 += 16) {
     const int64_t jn = nu - j0 < 16 ? nu - j0 : 16;
@@ -133,7 +133,7 @@ void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
                 const AttnScratch& sc) {
   constexpr int CB = CH % 2 == 0 ? 2 : 1;  // chunks per pass
   constexpr int HB = 6;                    // heads per pass: HB x (CB + 1) vector registers
-  const int64_t words = a.S / 64 + 2, sstride = heads * a.S, astride = heads * CH * 16;
+  const int64_t words = attn_bit_words(a.S), sstride = heads * a.S, astride = heads * CH * 16;
   std::fill(sc.acc, sc.acc + rows * astride, 0.f);
   alignas(64) float w[kAttnSlotBlock][kAttnHeads + HB] = {};  // [slot][head] weights; 0 past `heads`
   int64_t pos[kAttnRowBlock] = {};
@@ -224,7 +224,7 @@ constexpr std::array<HeadsFn, 16> kByChunks[2][2] = {{by_chunks<false, false>(kC
 }  // namespace
 
 void attention_block_avx512(const AttnArgs& a, int64_t g, int64_t t0, int64_t t1, const AttnScratch& sc) {
-  const int64_t rows = t1 - t0, group = a.H / a.Hkv, words = a.S / 64 + 2;
+  const int64_t rows = t1 - t0, group = a.H / a.Hkv, words = attn_bit_words(a.S);
   std::fill(sc.bits, sc.bits + rows * words, uint64_t{0});
   int64_t n[kAttnRowBlock] = {}, nu = 0;
   for (int64_t s0 = 0; s0 < a.S; s0 += 64) {  // the union list, and which of its slots each row attends

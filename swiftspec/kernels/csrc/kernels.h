@@ -127,9 +127,11 @@ constexpr int64_t kAttnRowBlock = 8;   // query rows per AVX-512 block
 constexpr int64_t kAttnHeads = 16;     // query heads of a KV head one AVX-512 pass takes
 constexpr int64_t kAttnSlotBlock = 32; // K or V rows widened at once (AVX-512)
 // Caller scratch of attention_block_avx512, for rows = t1 - t0 and heads = min(H / Hkv, kAttnHeads).
+// Words of AttnScratch.bits per row: S bits, and a word for the spill of the last 64-slot step.
+inline int64_t attn_bit_words(int64_t S) { return S / 64 + 2; }
 struct AttnScratch {
   int32_t* slots;  // [S]: the slots some row of the block attends, in slot order (the union list)
-  uint64_t* bits;  // [rows][S / 64 + 2]: bit j of the row's words: the row attends union slot j
+  uint64_t* bits;  // [rows][attn_bit_words(S)]: bit j of the row's words: the row attends union slot j
   float* q;        // [rows][heads][D]: the queries in fp32
   float* scores;   // [rows][heads][S]: per row and head, its attended slots' scores, then weights
   float* acc;      // [rows][heads][D]: the weighted V sums
