@@ -43,6 +43,14 @@ def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
     return cols[None, :] <= rows[:, None]
 
 
+def cache_slots(max_len: int, device: torch.device) -> int:
+    """Slots of a cache for max_len tokens: on the CPU whole KEY_BLOCKs, so that prefix_mask pads
+    every prefill call to whole blocks; a call reaching the cache's end was padded only up to it,
+    and torch's bf16 flash attention gives a row other bits over another key count (the ar engine's
+    cache and the verifier's differ in length, and tree parted from ar at near-ties)."""
+    return -(-max_len // KEY_BLOCK) * KEY_BLOCK if device.type == "cpu" else max_len
+
+
 def rows_apart(model: torch.nn.Module) -> bool:
     """A row's KV does not depend on the call it is computed in, as long as the call has at least
     MIN_PREFILL_ROWS rows and its keys are padded to KEY_BLOCK: every linear is a quantized weight
@@ -70,7 +78,7 @@ class ModelRunner:
         self.any_prefix = exact and rows_apart(model)
         self._prompt_logits: torch.Tensor | None = None  # [1, V] after the prompt of TreeKV.whole
         self.dropped: list[int] = []  # the last text's tokens past what the latest prefill kept (it overwrote them)
-        self.cache: KVCache = model.new_cache(max_len)
+        self.cache: KVCache = model.new_cache(cache_slots(max_len, model.device))
         self.device = self.cache.k.device
         self.kv = TreeKV(self.cache, max_nodes)
         self.head = head  # [V', H] (or packed) rows of a pruned LM head; None = the model's own
@@ -220,12 +228,12 @@ class ModelRunner:
 
     def prefix_mask(self, start: int, n: int) -> torch.Tensor:
         """[n, S] bool for n tokens at slots [start, start + n) after the prefix: causal_mask, its keys
-        padded with False to whole KEY_BLOCKs (at most the cache's length) for a CPU call of at least
-        MIN_PREFILL_ROWS rows, so that the call's reach never changes a row's bits."""
+        padded with False to whole KEY_BLOCKs (the CPU cache holds whole blocks: cache_slots) for a
+        CPU call of at least MIN_PREFILL_ROWS rows, so that the call's reach never changes a row's bits."""
         mask = causal_mask(start, n, self.device)  # [n, start + n]
         if self.device.type != "cpu" or n < MIN_PREFILL_ROWS:
             return mask
-        width = min(-(-(start + n) // KEY_BLOCK) * KEY_BLOCK, self.cache.max_len)
+        width = -(-(start + n) // KEY_BLOCK) * KEY_BLOCK
         return F.pad(mask, (0, width - mask.shape[1]))
 
     @torch.inference_mode()

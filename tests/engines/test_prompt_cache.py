@@ -202,3 +202,19 @@ def test_the_store_keeps_one_entry_per_conversation_and_copies_exactly() -> None
     assert common_prefix(np.array([1, 2, 3]), np.array([1, 2])) == 2 and common_prefix(np.array([4]), np.array([5])) == 0
     store.save([1] * 5, cache)  # too short to be worth a copy
     assert len(store.entries) == 1
+
+
+
+def test_a_prefill_call_reads_whole_key_blocks_whatever_the_cache_length(tiny_int8_target) -> None:
+    """The ar engine's cache (max_seq_len + 1 slots) and the verifier's (+ verify_size + 1) differ in
+    length: a prefill call's keys are padded to whole KEY_BLOCKs in both (the CPU cache holds whole
+    blocks), so its rows get the same bits (padded only up to a cache's end, a call over 257 keys
+    and one over 265 gave the real pair's bf16 rows other bits, and tree parted from ar at near-ties;
+    tests/slow/test_real_pair_lossless checks those bits)."""
+    from swiftspec.runner.model_runner import KEY_BLOCK, ModelRunner
+    prompt = [random.Random(3).randrange(3, 500) for _ in range(40)]
+    runners = [ModelRunner(tiny_int8_target.model, n, max_nodes=8, exact=True) for n in (57, 265, 1024)]
+    assert [r.cache.max_len for r in runners] == [KEY_BLOCK, KEY_BLOCK, 2 * KEY_BLOCK]
+    assert {r.prefix_mask(0, len(prompt)).shape for r in runners} == {(len(prompt), KEY_BLOCK)}
+    want = runners[0].prefill(prompt, reuse=False).logits  # [1, V]
+    assert all(torch.equal(r.prefill(prompt, reuse=False).logits, want) for r in runners[1:])

@@ -57,12 +57,13 @@ def _prefilled(model: torch.nn.Module, prompt: int) -> ModelRunner:
 
 
 def test_padded_forward_equals_plain_forward(model: torch.nn.Module) -> None:
-    """A 5-node tree call padded to bucket 8 over mask width MAX_LEN: same logits and the same KV
+    """A 5-node tree call padded to bucket 8 over the cache's whole width: same logits and the same KV
     in every slot except the scratch slot."""
     prompt, nodes = 20, 5
     plain, padded = _prefilled(model, prompt), _prefilled(model, prompt)
     graphs = GraphRunner(padded, buckets=(8, 4)).capture()
-    assert graphs.buckets == (4, 8) and graphs.scratch == MAX_LEN - 1
+    last = padded.cache.max_len - 1  # the scratch slot (a CPU cache holds whole KEY_BLOCKs: past MAX_LEN)
+    assert graphs.buckets == (4, 8) and graphs.scratch == last
     mask = tree_rows(prompt, nodes, torch.arange(nodes), torch.Generator().manual_seed(0))  # [5, 25]
     tokens = torch.tensor([40, 41, 42, 43, 44])
     depth = mask[:, prompt:].sum(1) - 1
@@ -76,14 +77,14 @@ def test_padded_forward_equals_plain_forward(model: torch.nn.Module) -> None:
                                atol=1e-5, rtol=1e-5)
     for cache in ("k", "v"):
         a, b = getattr(plain.cache, cache), getattr(padded.cache, cache)  # [L, max_len, Hkv, D]
-        torch.testing.assert_close(b[:, : MAX_LEN - 1], a[:, : MAX_LEN - 1], atol=1e-5, rtol=1e-5)
-        assert b[:, MAX_LEN - 1].abs().sum() > 0  # padding rows wrote only there
+        torch.testing.assert_close(b[:, :last], a[:, :last], atol=1e-5, rtol=1e-5)
+        assert b[:, last].abs().sum() > 0  # padding rows wrote only there
 
 
 def test_uncovered_calls_run_eagerly(model: torch.nn.Module) -> None:
     runner = _prefilled(model, 10)
     graphs = GraphRunner(runner, buckets=(2,)).capture()
-    assert not graphs.covers(3, 13) and not graphs.covers(1, MAX_LEN)
+    assert not graphs.covers(3, 13) and not graphs.covers(1, runner.cache.max_len)
     mask = torch.ones(3, 13, dtype=torch.bool)
     tokens, slots = torch.tensor([5, 6, 7]), torch.arange(10, 13)
     eager = _prefilled(model, 10).forward(tokens, slots, slots, mask)

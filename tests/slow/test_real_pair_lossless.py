@@ -31,6 +31,7 @@ from swiftspec.engines import build_engine, chain_config
 from swiftspec.engines.serial import SerialEngine
 from swiftspec.kernels import cpu_ext
 from swiftspec.runner.load import load_target
+from swiftspec.runner.model_runner import ModelRunner
 from swiftspec.sampling import SamplingParams
 from swiftspec.speculate import TreeDrafter
 
@@ -146,6 +147,17 @@ def test_a_prompt_cache_hit_keeps_every_token(reference, monkeypatch) -> None:
     for kept in (half // 32 * 32, len(ref.ids)):
         generation = ref.ar.generate(ref.ids, SamplingParams(), new)
         assert [t for chunk in generation for t in chunk] == cold and generation.stats.cached_tokens >= kept
+
+
+def test_a_prefill_does_not_depend_on_the_cache_length(reference) -> None:
+    """ar's cache (max_seq_len + 1 slots) and the verifier's (+ verify_size + 1): a prefill computes
+    the same logits in both at every context length (the bench sizes the context to its prompts)."""
+    if reference.load.weights != "gguf":
+        pytest.skip("one format: the rule is the runner's, not the weights'")
+    ids = reference.ids
+    logits = [ModelRunner(reference.target.model, len(ids) + extra, 8, exact=True).prefill(ids, reuse=False).logits
+              for extra in (1, 9, 600)]  # [1, V] each
+    assert torch.equal(logits[0], logits[1]) and torch.equal(logits[0], logits[2])
 
 
 SAMPLED = SamplingParams(temperature=0.7, top_p=0.9, seed=5)
