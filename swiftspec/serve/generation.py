@@ -17,7 +17,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from swiftspec.config import ServerConfig
-from swiftspec.engines.base import Engine
+from swiftspec.engines.base import Engine, GenerationStats
 from swiftspec.errors import EngineFault, UserError
 from swiftspec.fim import FimInput, FimTokens, find_fim_tokens, plain_prompt
 from swiftspec.sampling import SamplingParams
@@ -28,6 +28,7 @@ from swiftspec.serve.openai_protocol import (
     CompletionRequest,
     GenerationRequest,
     ResponseHeader,
+    Timings,
 )
 from swiftspec.serve.scheduler import Job, QueueFull, Scheduler
 from swiftspec.serve.text_stream import INDENT, TOKEN, WORD, TextStream
@@ -66,10 +67,23 @@ class Outcome:
     started: float = field(default_factory=time.perf_counter)  # made just before the job is queued
     first_token_at: float | None = None  # time.perf_counter() of the first and the latest round
     last_token_at: float | None = None
+    stats: GenerationStats | None = None  # the engine's for this request (once its job ran)
 
     @property
     def finish_reason(self) -> str:
         return "length" if self.stop_type == LIMIT else "stop"
+
+    def timings(self, prompt_tokens: int, mode: str) -> Timings:
+        """llama-server's timings of the request, and how the engine (`mode`) decoded it: its target
+        forwards after the prefill, those that verified the root alone (auto's fallback), and the
+        tokens each forward gave."""
+        first = self.first_token_at or time.perf_counter()
+        stats = self.stats or GenerationStats()
+        speculation = {"mode": mode, "rounds": stats.rounds, "plain_rounds": stats.plain_rounds,
+                       "acceptance_length": round(stats.acceptance_length, 3)}
+        return Timings(prompt_tokens=prompt_tokens, prompt_s=first - self.started,
+                       predicted_tokens=self.completion_tokens, predicted_s=(self.last_token_at or first) - first,
+                       cached_tokens=self.cached_tokens, speculation=speculation)
 
     def timed(self) -> float:
         """Note a round's arrival; the seconds since the first round."""
@@ -214,7 +228,7 @@ class Service:
             async for ids in job.rounds():
                 yield ids
         finally:
-            outcome.cached_tokens = job.cached_tokens
+            outcome.cached_tokens, outcome.stats = job.cached_tokens, job.stats
 
     async def whole_text(self, plan: Plan, request: Request, outcome: Outcome) -> str:
         """The whole text; the job is cancelled if the client disconnects while waiting."""
@@ -231,7 +245,8 @@ class Service:
         outcome = Outcome()
         text = await self.whole_text(plan, request, outcome)
         used = proto.usage(len(plan.prompt), outcome.completion_tokens, outcome.cached_tokens)
-        return proto.full_response(plan.head, text, outcome.finish_reason, used)
+        return proto.full_response(plan.head, text, outcome.finish_reason, used,
+                                   outcome.timings(len(plan.prompt), self.engine.mode))
 
     async def stream(self, plan: Plan, job: Job) -> AsyncIterator[str]:
         """SSE events for a queued job, ending with [DONE] (see sse_events for errors).
@@ -246,7 +261,7 @@ class Service:
             yield proto.chunk(plan.head, None)
         async for piece in self.text_pieces(plan, job, outcome):
             yield proto.chunk(plan.head, piece)
-        yield proto.chunk(plan.head, "", outcome.finish_reason)
+        yield proto.chunk(plan.head, "", outcome.finish_reason, outcome.timings(len(plan.prompt), self.engine.mode))
         if plan.include_usage:
             used = proto.usage(len(plan.prompt), outcome.completion_tokens, outcome.cached_tokens)
             yield proto.usage_chunk(plan.head, used)

@@ -9,7 +9,6 @@ response says "truncated": true.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import AsyncIterator
 
@@ -18,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from swiftspec.fim import repo_prompt
 from swiftspec.serve.generation import JobStream, Outcome, Plan, Service, require_fim_tokens, sse_events
-from swiftspec.serve.infill_protocol import InfillRequest, InfillResult, Timings, final_body, partial_body
+from swiftspec.serve.infill_protocol import InfillRequest, InfillResult, final_body, partial_body
 from swiftspec.serve.scheduler import Job
 
 
@@ -68,10 +67,7 @@ async def _events(service: Service, infill: InfillPlan, job: Job | None, outcome
 
 
 def _final(service: Service, infill: InfillPlan, content: str, outcome: Outcome) -> dict:
-    first = outcome.first_token_at or time.perf_counter()
-    timings = Timings(prompt_tokens=len(infill.plan.prompt), prompt_s=first - outcome.started,
-                      predicted_tokens=outcome.completion_tokens, predicted_s=(outcome.last_token_at or first) - first,
-                      cached_tokens=outcome.cached_tokens)
+    timings = outcome.timings(len(infill.plan.prompt), service.engine.mode)
     result = InfillResult(content=content, stop_type=outcome.stop_type, stopping_word=outcome.stop_word,
                           truncated=infill.truncated, timings=timings)
     return final_body(infill.req, service.config.served_model_name, result)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swiftspec.fim import ExtraChunk, FimInput
 from swiftspec.sampling import SamplingParams
-from swiftspec.serve.openai_protocol import few_short_stops
+from swiftspec.serve.openai_protocol import Timings, few_short_stops
 
 # llama.cpp fields this server cannot honour, with their neutral value (also accepted: null, "", [], {}).
 UNSUPPORTED = {
@@ -99,29 +99,6 @@ class InfillRequest(BaseModel):
                 "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p, "seed": self.seed,
                 "stop": list(self.stop_strings), "stream": self.stream, "n_indent": self.n_indent,
                 "t_max_predict_ms": self.t_max_predict_ms}
-
-
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """Seconds from arrival to the first token (queue wait included: "prompt") and from the first
-    token to the last ("predicted")."""
-
-    prompt_tokens: int
-    prompt_s: float
-    predicted_tokens: int
-    predicted_s: float
-    cached_tokens: int = 0  # of prompt_tokens, those whose KV the prompt cache held
-
-    def to_json(self) -> dict[str, float | int]:
-        """llama-server's timings: prompt_n counts the prompt tokens computed, cache_n those reused."""
-        prompt_ms, predicted_ms = 1000 * self.prompt_s, 1000 * self.predicted_s
-        computed = self.prompt_tokens - self.cached_tokens
-        return {"cache_n": self.cached_tokens, "prompt_n": computed, "prompt_ms": prompt_ms,
-                "prompt_per_token_ms": prompt_ms / max(1, computed),
-                "prompt_per_second": computed / self.prompt_s if self.prompt_s > 0 else 0.0,
-                "predicted_n": self.predicted_tokens, "predicted_ms": predicted_ms,
-                "predicted_per_token_ms": predicted_ms / max(1, self.predicted_tokens),
-                "predicted_per_second": self.predicted_tokens / self.predicted_s if self.predicted_s > 0 else 0.0}
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,32 @@ class ResponseHeader:
         return body
 
 
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Seconds from arrival to the first token (queue wait included: "prompt") and from the first
+    token to the last ("predicted")."""
+
+    prompt_tokens: int
+    prompt_s: float
+    predicted_tokens: int
+    predicted_s: float
+    cached_tokens: int = 0  # of prompt_tokens, those whose KV the prompt cache held
+    speculation: dict[str, Any] | None = None  # how the engine decoded this request (Outcome.speculation)
+
+    def to_json(self) -> dict[str, Any]:
+        """llama-server's timings: prompt_n counts the prompt tokens computed, cache_n those reused;
+        and ours, `speculation`."""
+        prompt_ms, predicted_ms = 1000 * self.prompt_s, 1000 * self.predicted_s
+        computed = self.prompt_tokens - self.cached_tokens
+        return {"cache_n": self.cached_tokens, "prompt_n": computed, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / max(1, computed),
+                "prompt_per_second": computed / self.prompt_s if self.prompt_s > 0 else 0.0,
+                "predicted_n": self.predicted_tokens, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / max(1, self.predicted_tokens),
+                "predicted_per_second": self.predicted_tokens / self.predicted_s if self.predicted_s > 0 else 0.0,
+                **({} if self.speculation is None else {"speculation": self.speculation})}
+
+
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     """OpenAI's usage, with the prompt tokens whose KV the prompt cache held."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
@@ -214,27 +240,31 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def full_response(head: ResponseHeader, text: str, finish_reason: str, used: dict[str, Any]) -> dict[str, Any]:
-    """The non-streaming body."""
+def full_response(head: ResponseHeader, text: str, finish_reason: str, used: dict[str, Any],
+                  timings: Timings) -> dict[str, Any]:
+    """The non-streaming body, with llama-server's `timings` beside OpenAI's fields."""
     if head.chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish_reason}
-        return head.envelope("chat.completion", [choice], used)
+        return head.envelope("chat.completion", [choice], used) | {"timings": timings.to_json()}
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    return head.envelope("text_completion", [choice], used)
+    return head.envelope("text_completion", [choice], used) | {"timings": timings.to_json()}
 
 
-def chunk(head: ResponseHeader, text: str | None, finish_reason: str | None = None) -> dict[str, Any]:
-    """One stream chunk. For chat, text None is the opening chunk (the assistant role)."""
+def chunk(head: ResponseHeader, text: str | None, finish_reason: str | None = None,
+          timings: Timings | None = None) -> dict[str, Any]:
+    """One stream chunk. For chat, text None is the opening chunk (the assistant role).  The one
+    with the finish reason carries the request's timings (as llama-server's does)."""
+    extra = {} if timings is None else {"timings": timings.to_json()}
     if head.chat:
         if text is None:
             delta = {"role": "assistant", "content": ""}
         else:
             delta = {"content": text} if text else {}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return head.envelope("chat.completion.chunk", [choice])
+        return head.envelope("chat.completion.chunk", [choice]) | extra
     choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
-    return head.envelope("text_completion", [choice])
+    return head.envelope("text_completion", [choice]) | extra
 
 
 def usage_chunk(head: ResponseHeader, used: dict[str, Any]) -> dict[str, Any]:

@@ -72,9 +72,14 @@ class Job:
     stop: threading.Event = field(default_factory=threading.Event)
     arrived: float = field(default_factory=time.perf_counter)
     end: JobEnd | None = None  # set once `rounds` is exhausted
-    cached_tokens: int = 0  # prompt tokens whose KV the prompt cache held: set by the worker with the first round
+    stats: GenerationStats = field(default_factory=GenerationStats)  # the engine's, filled in as it runs (set by the worker)
     started: float | None = None  # perf_counter() when the worker took it, and at its first round
     first_round: float | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose KV the prompt cache held (known from the prefill on)."""
+        return self.stats.cached_tokens
 
     async def rounds(self) -> AsyncIterator[list[int]]:
         """Each round's tokens as they come; re-raises the engine's error at the end."""
@@ -262,14 +267,13 @@ class Scheduler:
         job.started = time.perf_counter()
         try:
             generation = self.engine.generate(job.prompt, job.params, job.max_new_tokens, job.stop.is_set, job.reuse)
+            job.stats = generation.stats
             for ids in generation:
                 last = time.perf_counter()
                 first = job.first_round = last if first is None else first
                 count += len(ids)
-                job.cached_tokens = generation.stats.cached_tokens  # known from the prefill on
                 job.deliver(list(ids))
             stats = generation.stats
-            job.cached_tokens = stats.cached_tokens
             self.pace.observe(stats)
             if self._cut_off:
                 error = ShuttingDown("the server is shutting down: this request was cut off after its grace")  # this job's own; an error leaves the empty stats

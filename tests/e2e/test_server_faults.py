@@ -277,6 +277,9 @@ def test_same_seed_same_text_whatever_the_draft_timing(tmp_path: Path, monkeypat
         unseeded = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=48, temperature=1.0)
         assert unseeded.choices[0].finish_reason in ("stop", "length")  # the timing-driven schedule still serves
         # (its text may be empty: an unseeded draw may pick EOS first)
+        greedy = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=48, temperature=0)
+        spec = greedy.model_extra["timings"]["speculation"]  # how the engine decoded it, in llama-server's timings
+        assert spec["mode"] == "async" and spec["plain_rounds"] == 0 and spec["acceptance_length"] > 1, spec
         sleeps = jitter.sleeps("jitter")
         assert {pid for pid, _ in sleeps} == {worker_pid(engine, "draft")}  # the draft worker, only
     assert len(sleeps) >= 24, len(sleeps)  # a round or more per request

@@ -82,6 +82,21 @@ def test_finish_reason_length_and_usage(client: openai.OpenAI) -> None:
         assert r.usage.completion_tokens < 5
 
 
+def test_responses_say_how_the_engine_decoded(client: openai.OpenAI) -> None:
+    """llama-server's `timings` beside OpenAI's fields (the whole body, a stream's finishing chunk),
+    with ours: the engine's mode, its target forwards after the prefill, those that verified the
+    root alone (auto's fallback), and the tokens per forward."""
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=6, temperature=0)
+    timings = r.model_extra["timings"]
+    assert timings["predicted_n"] == r.usage.completion_tokens and timings["cache_n"] >= 0
+    # ar: a forward per token (the stats count the prefill's token's round too)
+    assert timings["speculation"] == {"mode": "ar", "rounds": r.usage.completion_tokens, "plain_rounds": 0,
+                                      "acceptance_length": 1.0}
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0, stream=True))
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finishing) == 1 and finishing[0].model_extra["timings"]["speculation"]["mode"] == "ar"
+
+
 def test_stop_string_from_the_greedy_text(client: openai.OpenAI) -> None:
     whole = complete(client, stream=False, max_tokens=24, temperature=0)
     stop = whole[3:7]  # almost surely spans a token boundary
