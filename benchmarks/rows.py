@@ -26,7 +26,7 @@ from swiftspec.config import EngineConfig, LoadConfig
 from swiftspec.kernels import PackedWeight, cpu_ext
 from swiftspec.parallel.linear import LinearBase, ParallelLMHead
 from swiftspec.runner.load import load_target
-from swiftspec.runner.model_runner import KEY_BLOCK, MIN_PREFILL_ROWS, ModelRunner
+from swiftspec.runner.model_runner import MIN_PREFILL_ROWS, ModelRunner
 
 PEAK_SRC = pathlib.Path(__file__).with_name("isa_peak.cpp")
 
@@ -102,7 +102,7 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     loaded = load_target(EngineConfig().target, LoadConfig(weights="gguf"))
-    runner = ModelRunner(loaded.model, max(contexts) + max(rows) + KEY_BLOCK, max_nodes=1)
+    runner = ModelRunner(loaded.model, max(contexts) + max(rows), max_nodes=1)  # whole key blocks: cache_slots
     nbytes, macs, head_macs = linear_stats(loaded.model)
     level = cpu_ext.LEVEL_NAMES[cpu_ext.level()]
     # the vpdpbusd roof bounds the AVX-512 VNNI kernels only (lower levels run other instructions)

@@ -43,12 +43,17 @@ def causal_mask(start: int, n: int, device: torch.device | str) -> torch.Tensor:
     return cols[None, :] <= rows[:, None]
 
 
+def whole_key_blocks(n: int) -> int:
+    """n slots rounded up to whole KEY_BLOCKs."""
+    return -(-n // KEY_BLOCK) * KEY_BLOCK
+
+
 def cache_slots(max_len: int, device: torch.device) -> int:
     """Slots of a cache for max_len tokens: on the CPU whole KEY_BLOCKs, so that prefix_mask pads
     every prefill call to whole blocks; a call reaching the cache's end was padded only up to it,
     and torch's bf16 flash attention gives a row other bits over another key count (the ar engine's
     cache and the verifier's differ in length, and tree parted from ar at near-ties)."""
-    return -(-max_len // KEY_BLOCK) * KEY_BLOCK if device.type == "cpu" else max_len
+    return whole_key_blocks(max_len) if device.type == "cpu" else max_len
 
 
 def rows_apart(model: torch.nn.Module) -> bool:
@@ -233,8 +238,7 @@ class ModelRunner:
         mask = causal_mask(start, n, self.device)  # [n, start + n]
         if self.device.type != "cpu" or n < MIN_PREFILL_ROWS:
             return mask
-        width = -(-(start + n) // KEY_BLOCK) * KEY_BLOCK
-        return F.pad(mask, (0, width - mask.shape[1]))
+        return F.pad(mask, (0, whole_key_blocks(start + n) - mask.shape[1]))
 
     @torch.inference_mode()
     def _append(self, tokens: list[int], logits: bool = False) -> torch.Tensor | None:

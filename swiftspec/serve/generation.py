@@ -61,13 +61,17 @@ class Outcome:
     """Filled in while the text is read."""
 
     completion_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens whose KV the prompt cache held (known once the job has ended)
     stop_type: str = LIMIT  # EOS | STOP_WORD | LIMIT (max tokens, end of context, n_indent, time limit)
     stop_word: str = ""  # the stop string met, if STOP_WORD
     started: float = field(default_factory=time.perf_counter)  # made just before the job is queued
     first_token_at: float | None = None  # time.perf_counter() of the first and the latest round
     last_token_at: float | None = None
     stats: GenerationStats | None = None  # the engine's for this request (once its job ran)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose KV the prompt cache held (0 until the job ran)."""
+        return 0 if self.stats is None else self.stats.cached_tokens
 
     @property
     def finish_reason(self) -> str:
@@ -228,7 +232,7 @@ class Service:
             async for ids in job.rounds():
                 yield ids
         finally:
-            outcome.cached_tokens, outcome.stats = job.cached_tokens, job.stats
+            outcome.stats = job.stats
 
     async def whole_text(self, plan: Plan, request: Request, outcome: Outcome) -> str:
         """The whole text; the job is cancelled if the client disconnects while waiting."""

@@ -216,8 +216,8 @@ class Timings:
     prompt_s: float
     predicted_tokens: int
     predicted_s: float
-    cached_tokens: int = 0  # of prompt_tokens, those whose KV the prompt cache held
-    speculation: dict[str, Any] | None = None  # how the engine decoded this request (Outcome.speculation)
+    cached_tokens: int  # of prompt_tokens, those whose KV the prompt cache held
+    speculation: dict[str, Any]  # how the engine decoded this request (Outcome.timings)
 
     def to_json(self) -> dict[str, Any]:
         """llama-server's timings: prompt_n counts the prompt tokens computed, cache_n those reused;
@@ -230,7 +230,7 @@ class Timings:
                 "predicted_n": self.predicted_tokens, "predicted_ms": predicted_ms,
                 "predicted_per_token_ms": predicted_ms / max(1, self.predicted_tokens),
                 "predicted_per_second": self.predicted_tokens / self.predicted_s if self.predicted_s > 0 else 0.0,
-                **({} if self.speculation is None else {"speculation": self.speculation})}
+                "speculation": self.speculation}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -246,9 +246,11 @@ def full_response(head: ResponseHeader, text: str, finish_reason: str, used: dic
     if head.chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish_reason}
-        return head.envelope("chat.completion", [choice], used) | {"timings": timings.to_json()}
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    return head.envelope("text_completion", [choice], used) | {"timings": timings.to_json()}
+        body = head.envelope("chat.completion", [choice], used)
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        body = head.envelope("text_completion", [choice], used)
+    return body | {"timings": timings.to_json()}
 
 
 def chunk(head: ResponseHeader, text: str | None, finish_reason: str | None = None,
