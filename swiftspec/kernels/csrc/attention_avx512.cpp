@@ -79,6 +79,26 @@ void widen_rows(const AttnArgs& a, const void* base, int64_t g, const int32_t* u
   }
 }
 
+// Heads interleaved per K row in the score loop: HB independent FMA chains in flight, where one
+// head at a time left each chain waiting on the previous FMA's latency.
+constexpr int64_t kDotHeads = 4;
+
+// part[h * 256] (part[h][jj] of key_scores) <- the lane-wise products of query heads [0, HB) (q,
+// rows of CH chunks) with one K row (kv): each head is the same FMA chain over the chunks, in
+// order, whichever heads run beside it.
+template <int CH, int HB>
+inline void head_dots(const float* q, const __m512 (&kv)[CH], float* part) {
+  __m512 acc[HB];
+#pragma GCC unroll 16
+  for (int h = 0; h < HB; ++h) acc[h] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int c = 0; c < CH; ++c)
+#pragma GCC unroll 16
+    for (int h = 0; h < HB; ++h) acc[h] = _mm512_fmadd_ps(_mm512_load_ps(q + h * CH * 16 + c * 16), kv[c], acc[h]);
+#pragma GCC unroll 16
+  for (int h = 0; h < HB; ++h) _mm512_store_ps(part + h * 256, acc[h]);
+}
+
 // Per row r of the block and head h: its scores, scale * (query . K row), over the union slots it
 // attends, in order, at sc.scores [r][h][0, n[r]).  A score is one FMA chain over the CH chunks
 // and a horizontal sum (sum16, over a block of 16 union slots), so it does not depend on the block.
@@ -104,11 +124,13 @@ void key_scores(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
         if (ONE) prefetch_slot_ahead(a.k, a, sc.slots, nu, j0 + jj, g, 0, a.D);
 #pragma GCC unroll 16
         for (int c = 0; c < CH; ++c) kv[c] = ONE ? load16(a.k, BF16, off + c * 16) : _mm512_load_ps(sc.kv + jj * CH * 16 + c * 16);
-        for (int64_t h = 0; h < heads; ++h) {
-          __m512 acc = _mm512_setzero_ps();
-#pragma GCC unroll 16
-          for (int c = 0; c < CH; ++c) acc = _mm512_fmadd_ps(_mm512_load_ps(qr + h * CH * 16 + c * 16), kv[c], acc);
-          _mm512_store_ps(part[h][jj], acc);
+        for (int64_t h = 0; h < heads; h += kDotHeads) {
+          switch (heads - h < kDotHeads ? heads - h : kDotHeads) {
+            case 1: head_dots<CH, 1>(qr + h * CH * 16, kv, &part[h][jj][0]); break;
+            case 2: head_dots<CH, 2>(qr + h * CH * 16, kv, &part[h][jj][0]); break;
+            case 3: head_dots<CH, 3>(qr + h * CH * 16, kv, &part[h][jj][0]); break;
+            default: head_dots<CH, kDotHeads>(qr + h * CH * 16, kv, &part[h][jj][0]);
+          }
         }
       }
       float* sr = sc.scores + r * sstride;
@@ -174,8 +196,11 @@ void weighted_v(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
               for (int h = 0; h < HB; ++h) acc[h][c] = _mm512_fmadd_ps(pj[h], vv, acc[h][c]);
             }
           }
-          for (int h = 0; h < hb; ++h)
-            for (int c = 0; c < CB; ++c) _mm512_store_ps(ar + h * CH * 16 + c * 16, acc[h][c]);
+#pragma GCC unroll 16
+          for (int h = 0; h < HB; ++h)  // unrolled with the guard inside: acc stays in registers
+#pragma GCC unroll 16
+            for (int c = 0; c < CB; ++c)
+              if (h < hb) _mm512_store_ps(ar + h * CH * 16 + c * 16, acc[h][c]);
         }
       }
       pos[r] += __builtin_popcount(att);
