@@ -83,11 +83,10 @@ void widen_rows(const AttnArgs& a, const void* base, int64_t g, const int32_t* u
 // head at a time left each chain waiting on the previous FMA's latency.
 constexpr int64_t kDotHeads = 4;
 
-// part[h * 256] (part[h][jj] of key_scores) <- the lane-wise products of query heads [0, HB) (q,
-// rows of CH chunks) with one K row (kv): each head is the same FMA chain over the chunks, in
-// order, whichever heads run beside it.
+// part[h][jj] <- the lane-wise products of query heads [0, HB) (q, rows of CH chunks) with K row
+// jj (kv): each head is the same FMA chain over the chunks, in order, whichever heads run beside it.
 template <int CH, int HB>
-inline void head_dots(const float* q, const __m512 (&kv)[CH], float* part) {
+inline void head_dots(const float* q, const __m512 (&kv)[CH], float (*part)[16][16], int64_t jj) {
   __m512 acc[HB];
 #pragma GCC unroll 16
   for (int h = 0; h < HB; ++h) acc[h] = _mm512_setzero_ps();
@@ -96,7 +95,7 @@ inline void head_dots(const float* q, const __m512 (&kv)[CH], float* part) {
 #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h) acc[h] = _mm512_fmadd_ps(_mm512_load_ps(q + h * CH * 16 + c * 16), kv[c], acc[h]);
 #pragma GCC unroll 16
-  for (int h = 0; h < HB; ++h) _mm512_store_ps(part + h * 256, acc[h]);
+  for (int h = 0; h < HB; ++h) _mm512_store_ps(part[h][jj], acc[h]);
 }
 
 // Per row r of the block and head h: its scores, scale * (query . K row), over the union slots it
@@ -126,10 +125,10 @@ void key_scores(const AttnArgs& a, int64_t rows, int64_t heads, int64_t g, int64
         for (int c = 0; c < CH; ++c) kv[c] = ONE ? load16(a.k, BF16, off + c * 16) : _mm512_load_ps(sc.kv + jj * CH * 16 + c * 16);
         for (int64_t h = 0; h < heads; h += kDotHeads) {
           switch (heads - h < kDotHeads ? heads - h : kDotHeads) {
-            case 1: head_dots<CH, 1>(qr + h * CH * 16, kv, &part[h][jj][0]); break;
-            case 2: head_dots<CH, 2>(qr + h * CH * 16, kv, &part[h][jj][0]); break;
-            case 3: head_dots<CH, 3>(qr + h * CH * 16, kv, &part[h][jj][0]); break;
-            default: head_dots<CH, kDotHeads>(qr + h * CH * 16, kv, &part[h][jj][0]);
+            case 1: head_dots<CH, 1>(qr + h * CH * 16, kv, part + h, jj); break;
+            case 2: head_dots<CH, 2>(qr + h * CH * 16, kv, part + h, jj); break;
+            case 3: head_dots<CH, 3>(qr + h * CH * 16, kv, part + h, jj); break;
+            default: head_dots<CH, kDotHeads>(qr + h * CH * 16, kv, part + h, jj);
           }
         }
       }
