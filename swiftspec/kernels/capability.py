@@ -58,7 +58,30 @@ class Capability:
 def prefill_words(paths: dict[str, str]) -> str:
     """How long calls (prompt prefill) run their bf16 linears and attention here."""
     bf16 = "oneDNN bf16" if paths["bf16_linear"] == "avx512-bf16" else "fp32 GEMM on widened weights"
-    return f"bf16 linear: {bf16}; attention: torch SDPA"
+    ours = paths["attention"] != "torch" and prefill_attention_ours(cpu_ext.LEVELS[paths["attention"]])
+    return f"bf16 linear: {bf16}; attention: {'the masked attention kernel' if ours else 'torch SDPA'}"
+
+
+def prefill_attention_ours(attention_path: int) -> bool:
+    """Whether calls of more than MAX_SMALL_ROWS rows (prefill) run the C++ masked attention, whose
+    path is attention_path, rather than torch's SDPA: where that path is AVX-512 and the CPU is not
+    Intel's.  SDPA runs MKL's GEMMs, whose fast code is Intel-only: on an AMD EPYC (Zen 5, 2
+    threads) MKL's sgemm ran at 41 GMAC/s where oneDNN's bf16 GEMM ran at 359, and a 256-row chunk
+    after 2,500 keys took 30.1 ms a layer in SDPA, 21.1 in the kernel (docs/bench/long-context.md).
+    The AVX2 path is the slower one (36.0 ms); Intel CPUs keep SDPA (not measured against it)."""
+    return attention_path >= cpu_ext.LEVELS["avx512"] and cpu_vendor() != "GenuineIntel"
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor id from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "unknown" elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def cpu_flags() -> set[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from swiftspec.kernels import cpu_ext, triton_support
+from swiftspec.kernels import capability, cpu_ext, triton_support
 from swiftspec.kernels.packed import PackedWeight
 from swiftspec.kernels.quant_ref import quant_linear_ref
 from swiftspec.kernels.rowwise import rms_norm_ref
@@ -56,11 +56,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_mask: torch
 
     On CPU, calls of at most cpu_ext.MAX_SMALL_ROWS rows (decode, verification, draft expansion) run
     the C++ kernel whose result depends only on the ordered set of attended slots, so a tree
-    node computes the bits its token gets when decoded alone; longer calls (prefill) and other
-    devices use grouped_attention (SDPA)."""
+    node computes the bits its token gets when decoded alone; longer calls (prefill) run it too
+    where it is the faster (capability.prefill_attention_ours), else grouped_attention (SDPA), as
+    other devices do."""
     tokens, head_dim = q.shape[0], q.shape[-1]
-    if (q.device.type == "cpu" and tokens <= cpu_ext.MAX_SMALL_ROWS and head_dim % 16 == 0
-            and head_dim <= 256 and q.dtype in _KERNEL_DTYPES and cpu_ext.available("attention")):
+    if (q.device.type == "cpu" and head_dim % 16 == 0 and head_dim <= 256 and q.dtype in _KERNEL_DTYPES
+            and cpu_ext.available("attention") and (tokens <= cpu_ext.MAX_SMALL_ROWS or
+                                                    capability.prefill_attention_ours(cpu_ext.kernel_paths()["attention"]))):
         return cpu_ext.masked_attention(q, k, v, row_mask[:tokens])
     return grouped_attention(q, k, v, row_mask)
 

@@ -11,7 +11,7 @@ import torch
 
 from swiftspec import kernels
 from swiftspec.config import LoadConfig
-from swiftspec.kernels import cpu_ext
+from swiftspec.kernels import capability, cpu_ext
 from swiftspec.kernels.tree_attention import grouped_attention
 from swiftspec.tree import mask_from_parents
 from swiftspec.weights.loader import load_model
@@ -67,14 +67,20 @@ def test_fully_masked_row_gives_zeros(attn_ext) -> None:
     assert torch.equal(out[1], torch.zeros_like(out[1]))
 
 
-def test_dispatch_small_calls_only(attn_ext, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_dispatch_small_calls_and_prefill_where_faster(attn_ext, vendor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls of at most 16 rows run the kernel; longer ones (prefill) too where its AVX-512 path runs
+    on a CPU not Intel's (MKL's slow GEMMs there), else SDPA; both agree with the reference."""
+    monkeypatch.setattr(capability, "cpu_vendor", lambda: vendor)
     calls = []
     real = cpu_ext.masked_attention
     monkeypatch.setattr(cpu_ext, "masked_attention", lambda q, *a: calls.append(q.shape[0]) or real(q, *a))
     for t in (1, 16, 17):
         q, k, v, mask = _inputs(t, 4, 2, 32, 40, torch.float32, seed=t)
-        kernels.attention(q, k[:40], v[:40], mask.repeat(2, 1))
-    assert calls == [1, 16]
+        got = kernels.attention(q, k[:40], v[:40], mask.repeat(2, 1))
+        assert (got - grouped_attention(q, k[:40], v[:40], mask.repeat(2, 1))).abs().max() <= 5e-6
+    prefill = vendor != "GenuineIntel" and cpu_ext.kernel_paths()["attention"] >= cpu_ext.LEVELS["avx512"]
+    assert calls == ([1, 16, 17] if prefill else [1, 16])
 
 
 # A tree over 4 nodes: 0 -> 1 -> 3 and 0 -> 2, so node 2 (a sibling of 1) sits between node 1
