@@ -75,34 +75,27 @@ def prefill_attention_ours(attention_path: int) -> bool:
 @functools.cache
 def cpu_vendor() -> str:
     """The CPU's vendor id from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "unknown" elsewhere)."""
+    return _cpuinfo("vendor_id") or "unknown"
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The value of /proc/cpuinfo's first `field` line (None where there is none, or no such file)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown"
+    return None
 
 
 def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set((_cpuinfo("flags") or "").split())
 
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo ("unknown" elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    return _cpuinfo("model name") or "unknown"
 
 
 def capability() -> Capability:
